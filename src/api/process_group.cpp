@@ -1,0 +1,347 @@
+// torch.distributed-shaped API: the default process group, subgroups, and the argument checks
+// of each collective. Everything below (bootstrap, engine, transports) is reached from here.
+
+#include "rdmacoll/process_group.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/store.hpp"
+#include "common/log.hpp"
+#include "engine/engine.hpp"
+#include "engine/group_state.hpp"
+#include "rdmacoll/errors.hpp"
+#include "transports/transport.hpp"
+
+namespace rdmacoll {
+
+namespace {
+
+constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+
+struct Context {
+  int rank = -1;
+  int world_size = 0;
+  std::chrono::milliseconds timeout{kDefaultTimeout};
+  std::unique_ptr<bootstrap::StoreServer> server;  // rank 0 only
+  std::unique_ptr<bootstrap::StoreClient> store;
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<engine::Engine> engine;
+  std::shared_ptr<GroupState> world;
+  uint32_t next_group_id = 1;
+};
+
+std::unique_ptr<Context>& context() {
+  static std::unique_ptr<Context> ctx;
+  return ctx;
+}
+
+Context& require_context(const char* what) {
+  auto& ctx = context();
+  if (!ctx) {
+    throw InvalidArgument(std::string(what) +
+                          ": the default process group is not initialized; call "
+                          "init_process_group() first");
+  }
+  return *ctx;
+}
+
+std::chrono::milliseconds timeout_from_env() {
+  const char* v = std::getenv("RDMACOLL_TIMEOUT_S");
+  if (!v || !*v) return kDefaultTimeout;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0)) {
+    throw InvalidArgument("RDMACOLL_TIMEOUT_S: expected a positive number of seconds, got '" +
+                          std::string(v) + "'");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+transport::TransportKind transport_from_env() {
+  const char* v = std::getenv("RDMACOLL_TRANSPORT");
+  const std::string s = v ? v : "auto";
+  if (s == "auto") return transport::TransportKind::Auto;
+  if (s == "ucx") return transport::TransportKind::Ucx;
+  if (s == "verbs") return transport::TransportKind::Verbs;
+  throw InvalidArgument("RDMACOLL_TRANSPORT: expected auto, ucx or verbs, got '" + s + "'");
+}
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << ']';
+  return os.str();
+}
+
+std::string shape_string(const std::vector<int64_t>& sizes) {
+  std::ostringstream os;
+  os << '(';
+  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
+  if (sizes.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
+
+GroupState& resolve(const Group& group, const char* what) {
+  Context& ctx = require_context(what);
+  return group.is_default() ? *ctx.world : *group.state();
+}
+
+// Waits (through the store) until every rank has published its transport address; on timeout
+// names the ranks that never arrived.
+std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& store_addr) {
+  std::vector<transport::Bytes> addrs(ctx.world_size);
+  const auto deadline = transport::Clock::now() + ctx.timeout;
+  for (int r = 0; r < ctx.world_size; ++r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                      transport::Clock::now());
+    try {
+      addrs[r] = ctx.store->get("rdmacoll/addr/" + std::to_string(r),
+                                std::max(left, std::chrono::milliseconds(1)));
+    } catch (const Timeout&) {
+      std::vector<int> missing;
+      for (int m = r; m < ctx.world_size; ++m) {
+        if (!ctx.store->check("rdmacoll/addr/" + std::to_string(m))) missing.push_back(m);
+      }
+      throw Timeout("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
+                    std::to_string(ctx.world_size) + "): ranks " + join(missing) +
+                    " did not join the rendezvous at " + store_addr + " within " +
+                    std::to_string(ctx.timeout.count()) + " ms");
+    }
+  }
+  return addrs;
+}
+
+void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int rank,
+                           std::string& error) {
+  const int64_t n = input.numel();
+  const auto& os = output.sizes();
+  const auto& is = input.sizes();
+  if (output.data() == nullptr && output.numel() > 0) {
+    error = "output tensor has no storage";
+    return;
+  }
+  if (input.data() == nullptr && n > 0) {
+    error = "input tensor has no storage";
+    return;
+  }
+  if (output.numel() != static_cast<int64_t>(p) * n) {
+    error = "output has " + std::to_string(output.numel()) + " elements " + shape_string(os) +
+            ", expected group size " + std::to_string(p) + " x input's " + std::to_string(n) +
+            " elements " + shape_string(is) + " = " + std::to_string(p * n);
+    return;
+  }
+  // Flat (p*n0, ...) or stacked (p, n0, ...): the trailing dimensions must agree with the input.
+  std::vector<int64_t> flat = is.empty() ? std::vector<int64_t>{p} : is;
+  if (!is.empty()) flat[0] *= p;
+  std::vector<int64_t> stacked = is;
+  stacked.insert(stacked.begin(), p);
+  if (os != flat && os != stacked) {
+    error = "output shape " + shape_string(os) + " is neither the flat " + shape_string(flat) +
+            " nor the stacked " + shape_string(stacked) + " gather of input shape " +
+            shape_string(is) + " over " + std::to_string(p) + " ranks";
+    return;
+  }
+  // An input inside the output is allowed only as this rank's own slot (in-place).
+  const auto* ob = static_cast<const uint8_t*>(output.data());
+  const auto* ib = static_cast<const uint8_t*>(input.data());
+  const bool own_slot = ib == ob + static_cast<size_t>(rank) * input.numel() *
+                                         element_size(output.dtype()) &&
+                        input.dtype() == output.dtype();
+  if (n > 0 && !own_slot && ib < ob + output.nbytes() && ob < ib + input.nbytes()) {
+    error = "input overlaps the output; in-place use must pass exactly this rank's slot of the "
+            "output, with the output's dtype";
+  }
+}
+
+}  // namespace
+
+bool Group::is_member() const {
+  return state_ ? state_->is_member() : require_context("Group::is_member").world->is_member();
+}
+int Group::rank() const { return resolve(*this, "Group::rank").rank; }
+int Group::size() const { return resolve(*this, "Group::size").size(); }
+const std::vector<int>& Group::ranks() const { return resolve(*this, "Group::ranks").members; }
+
+void init_process_group(const InitOptions& options) {
+  if (context()) {
+    throw InvalidArgument("init_process_group: already initialized; call "
+                          "destroy_process_group() first");
+  }
+  auto ctx = std::make_unique<Context>();
+  const bootstrap::Rendezvous rv =
+      bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
+  ctx->rank = rv.rank;
+  ctx->world_size = rv.world_size;
+  ctx->timeout = options.timeout ? *options.timeout : timeout_from_env();
+  const auto deadline = transport::Clock::now() + ctx->timeout;
+  if (ctx->rank == 0) {
+    // Listen on every address: MASTER_ADDR names how others reach us, not where to bind.
+    ctx->server = std::make_unique<bootstrap::StoreServer>("0.0.0.0", rv.master_port);
+  }
+  ctx->store = std::make_unique<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline);
+
+  // A stale store from an earlier job on the same port would mix up ranks: check world size.
+  const std::string size_key = "rdmacoll/world_size";
+  if (ctx->rank == 0) ctx->store->set(size_key, std::to_string(ctx->world_size));
+  const std::string their_size = ctx->store->get_string(size_key, ctx->timeout);
+  if (their_size != std::to_string(ctx->world_size)) {
+    throw InvalidArgument("init_process_group: rank " + std::to_string(ctx->rank) +
+                          " has world size " + std::to_string(ctx->world_size) +
+                          " but rank 0 has " + their_size);
+  }
+
+  ctx->transport = transport::create_transport(transport_from_env());
+  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank), ctx->transport->address());
+  ctx->transport->connect(ctx->rank, gather_addresses(*ctx, ctx->store->address()));
+  ctx->engine = std::make_unique<engine::Engine>(*ctx->transport);
+
+  ctx->world = std::make_shared<GroupState>();
+  ctx->world->id = 0;
+  ctx->world->members.resize(ctx->world_size);
+  std::iota(ctx->world->members.begin(), ctx->world->members.end(), 0);
+  ctx->world->order = ctx->world->members;
+  ctx->world->rank = ctx->rank;
+  ctx->world->timeout = ctx->timeout;
+  if (ctx->rank == 0) {
+    log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks, transport=" +
+              ctx->transport->describe() + ", rendezvous " + ctx->store->address());
+  }
+  context() = std::move(ctx);
+}
+
+bool is_initialized() { return context() != nullptr; }
+
+int get_rank(const Group& group) {
+  const GroupState& g = resolve(group, "get_rank");
+  return g.rank;
+}
+
+int get_world_size(const Group& group) {
+  const GroupState& g = resolve(group, "get_world_size");
+  return g.size();
+}
+
+std::string transport_name() { return require_context("transport_name").transport->name(); }
+
+Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {
+  Context& ctx = require_context("new_group");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());  // as torch does: group rank order is sorted order
+  if (sorted.empty()) throw InvalidArgument("new_group: ranks must not be empty");
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw InvalidArgument("new_group: ranks " + join(ranks) + " contain a duplicate");
+  }
+  if (sorted.front() < 0 || sorted.back() >= ctx.world_size) {
+    throw InvalidArgument("new_group: ranks " + join(ranks) + " must lie in [0, " +
+                          std::to_string(ctx.world_size) + ")");
+  }
+  auto g = std::make_shared<GroupState>();
+  g->id = ctx.next_group_id++;
+  if (g->id >= (1u << 14)) throw InvalidArgument("new_group: too many groups (limit 16383)");
+  g->members = sorted;
+  g->order.resize(sorted.size());
+  std::iota(g->order.begin(), g->order.end(), 0);
+  const auto it = std::find(sorted.begin(), sorted.end(), ctx.rank);
+  g->rank = it == sorted.end() ? -1 : static_cast<int>(it - sorted.begin());
+  g->timeout = timeout ? *timeout : ctx.timeout;
+  return Group(std::move(g));
+}
+
+void destroy_process_group() {
+  auto& ctx = context();
+  if (!ctx) return;
+  // Every rank must be done with the transport before rank 0 takes the store away.
+  try {
+    const int64_t n = ctx->store->add("rdmacoll/destroy", 1);
+    if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", ctx->timeout);
+    if (n == ctx->world_size) ctx->store->set("rdmacoll/destroyed", std::string("1"));
+  } catch (const Error& e) {
+    log::warn("destroy_process_group: ranks did not all arrive: " + std::string(e.what()));
+  }
+  ctx->engine.reset();
+  ctx->transport.reset();
+  // Rank 0 keeps serving until the others have read "destroyed"; they close first.
+  if (ctx->server) {
+    try {
+      const int64_t n = ctx->store->add("rdmacoll/closed", 1);
+      if (n < ctx->world_size) ctx->store->get("rdmacoll/all_closed", std::chrono::seconds(10));
+    } catch (const Error&) {
+    }
+  } else {
+    try {
+      if (ctx->store->add("rdmacoll/closed", 1) == ctx->world_size) {
+        ctx->store->set("rdmacoll/all_closed", std::string("1"));
+      }
+    } catch (const Error&) {
+    }
+  }
+  ctx.reset();
+}
+
+void all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group) {
+  GroupState& g = resolve(group, "all_gather_into_tensor");
+  engine::AllGatherArgs a;
+  a.out = output.data();
+  a.out_dtype = output.dtype();
+  a.out_numel = output.numel();
+  a.in = input.data();
+  a.in_dtype = input.dtype();
+  a.in_numel = input.numel();
+  if (g.is_member()) check_all_gather_args(output, input, g.size(), g.rank, a.local_error);
+  require_context("all_gather_into_tensor").engine->all_gather(g, a);
+}
+
+void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group) {
+  GroupState& g = resolve(group, "all_gather");
+  // Gather into one contiguous buffer, then copy out: one collective whatever the list.
+  std::string error;
+  if (g.is_member() && static_cast<int>(outputs.size()) != g.size()) {
+    error = "output list has " + std::to_string(outputs.size()) + " tensors, expected group size " +
+            std::to_string(g.size());
+  }
+  for (size_t i = 0; error.empty() && i < outputs.size(); ++i) {
+    if (outputs[i].numel() != input.numel()) {
+      error = "output tensor " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) +
+              " elements, expected the input's " + std::to_string(input.numel());
+    }
+  }
+  const DType dt = outputs.empty() ? input.dtype() : outputs[0].dtype();
+  for (size_t i = 0; error.empty() && i < outputs.size(); ++i) {
+    if (outputs[i].dtype() != dt) {
+      error = "output tensors disagree on dtype: " + dtype_name(outputs[i].dtype()) + " vs " +
+              dtype_name(dt);
+    }
+  }
+  Tensor staging = Tensor::zeros({static_cast<int64_t>(g.size()) * input.numel()}, dt);
+  engine::AllGatherArgs a;
+  a.out = staging.data();
+  a.out_dtype = dt;
+  a.out_numel = staging.numel();
+  a.in = input.data();
+  a.in_dtype = input.dtype();
+  a.in_numel = input.numel();
+  a.local_error = error;
+  require_context("all_gather").engine->all_gather(g, a);
+  const size_t chunk = static_cast<size_t>(input.numel()) * element_size(dt);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    convert_elements(outputs[i].data(), dt, static_cast<uint8_t*>(staging.data()) + i * chunk, dt,
+                     static_cast<size_t>(input.numel()));
+  }
+}
+
+void barrier(const Group& group) {
+  GroupState& g = resolve(group, "barrier");
+  require_context("barrier").engine->barrier(g);
+}
+
+}  // namespace rdmacoll

@@ -1,0 +1,326 @@
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "common/log.hpp"
+#include "engine/call_descriptor.hpp"
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll {
+
+std::string GroupState::describe() const {
+  std::ostringstream os;
+  os << "group " << id << " (ranks [";
+  for (size_t i = 0; i < members.size(); ++i) os << (i ? ", " : "") << members[i];
+  os << "])";
+  return os.str();
+}
+
+}  // namespace rdmacoll
+
+namespace rdmacoll::engine {
+
+using transport::Clock;
+using transport::RequestPtr;
+
+schedule::Algorithm choose_algorithm(int p) {
+  const char* v = std::getenv("RDMACOLL_ALGO");
+  const std::string s = v ? v : "auto";
+  if (s == "rd") {
+    if (!schedule::is_power_of_two(p)) {
+      throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " +
+                            std::to_string(p) + " ranks");
+    }
+    return schedule::Algorithm::RecursiveDoubling;
+  }
+  if (s == "bruck") return schedule::Algorithm::Bruck;
+  if (s == "direct") return schedule::Algorithm::Direct;
+  if (s != "auto") {
+    throw InvalidArgument("RDMACOLL_ALGO: expected auto, rd, bruck or direct, got '" + s + "'");
+  }
+  return schedule::is_power_of_two(p) ? schedule::Algorithm::RecursiveDoubling
+                                      : schedule::Algorithm::Bruck;
+}
+
+namespace {
+
+struct Pending {
+  RequestPtr req;
+  int peer;          // group rank
+  std::string what;  // for messages: "call descriptor", "chunks 2..3"
+};
+
+// One collective call in flight: owns its requests and cancels whatever is still pending
+// when the call ends early, so no receive lands in memory the caller may free.
+class Call {
+ public:
+  Call(transport::Transport& t, GroupState& g, const char* op)
+      : t_(t), g_(g), op_(op), seq_(g.next_seq++), deadline_(Clock::now() + g.timeout) {}
+
+  ~Call() {
+    for (auto* list : {&recvs_, &sends_}) {
+      for (auto& p : *list) {
+        if (p.req && !p.req->done()) t_.cancel(p.req);
+      }
+    }
+  }
+
+  uint64_t seq() const { return seq_; }
+
+  std::string where() const {
+    return std::string(op_) + " (" + g_.describe() + ", call #" + std::to_string(seq_) +
+           ", rank " + std::to_string(g_.rank) + " of " + std::to_string(g_.size()) + ")";
+  }
+
+  std::vector<Pending>& recvs() { return recvs_; }
+  std::vector<Pending>& sends() { return sends_; }
+
+  int global(int group_rank) const { return g_.members[group_rank]; }
+
+  // Waits until list[begin, end) is complete; throws PeerFailure or Timeout (and marks the
+  // group broken, since ranks may now be out of step).
+  void wait(std::vector<Pending>& list, size_t begin, size_t end) {
+    int idle = 0;
+    for (;;) {
+      bool all_done = true;
+      for (size_t i = begin; i < end; ++i) {
+        const Pending& p = list[i];
+        if (p.req->done()) continue;
+        if (p.req->failed()) {
+          fail<PeerFailure>(where() + ": " + p.what + " with rank " + std::to_string(global(p.peer)) +
+                            " failed: " + p.req->error());
+        }
+        if (auto why = t_.peer_failure(global(p.peer))) {
+          fail<PeerFailure>(where() + ": rank " + std::to_string(global(p.peer)) +
+                            " is gone: " + *why);
+        }
+        all_done = false;
+      }
+      if (all_done) return;
+      if (t_.progress()) {
+        idle = 0;
+        continue;
+      }
+      if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
+      // Spin briefly (latency), then block in the transport so oversubscribed ranks yield.
+      if (++idle > 64) t_.wait_for_event(deadline_);
+    }
+  }
+
+ private:
+  std::string timeout_message(const std::vector<Pending>& list, size_t begin, size_t end) const {
+    std::ostringstream os;
+    os << where() << ": timed out after " << g_.timeout.count() << " ms; still waiting for";
+    bool first = true;
+    for (size_t i = begin; i < end; ++i) {
+      if (list[i].req->done()) continue;
+      os << (first ? " " : ", ") << list[i].what << " with rank " << global(list[i].peer);
+      first = false;
+    }
+    return os.str();
+  }
+
+  template <typename E>
+  [[noreturn]] void fail(const std::string& message) {
+    g_.broken = message;
+    throw E(message);
+  }
+
+  transport::Transport& t_;
+  GroupState& g_;
+  const char* op_;
+  uint64_t seq_;
+  Clock::time_point deadline_;
+  std::vector<Pending> recvs_;
+  std::vector<Pending> sends_;
+};
+
+void check_usable(const GroupState& g, const char* op) {
+  if (!g.is_member()) {
+    throw InvalidArgument(std::string(op) + ": this process is not a member of " + g.describe() +
+                          "; only members may call collectives on it");
+  }
+  if (g.broken) {
+    throw InvalidArgument(std::string(op) + ": " + g.describe() +
+                          " is unusable after an earlier failure: " + *g.broken);
+  }
+}
+
+std::string describe_args(const CallDescriptor& d) {
+  return "input " + std::to_string(d.in_numel) + " x " +
+         dtype_name(static_cast<DType>(d.in_dtype)) + ", output " + std::to_string(d.out_numel) +
+         " x " + dtype_name(static_cast<DType>(d.out_dtype));
+}
+
+// Sends our descriptor to every other member and collects theirs (index = group rank).
+std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupState& g, Call& call,
+                                                 const CallDescriptor& mine) {
+  const int p = g.size();
+  std::vector<std::vector<uint8_t>> buffers(p, std::vector<uint8_t>(kMaxDescriptorBytes));
+  const std::vector<uint8_t> payload = mine.serialize();
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + p - i) % p;
+    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
+    call.recvs().push_back(
+        {t.recv(call.global(peer), tag, buffers[peer].data(), buffers[peer].size()), peer,
+         "call descriptor"});
+  }
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
+    // The transport owns the copy of a control message until it is sent; nothing to track.
+    t.send(call.global(peer), tag, payload.data(), payload.size());
+  }
+  call.wait(call.recvs(), 0, call.recvs().size());
+  std::vector<CallDescriptor> all(p);
+  all[g.rank] = mine;
+  for (const Pending& pr : call.recvs()) {
+    CallDescriptor d = CallDescriptor::parse(buffers[pr.peer].data(), pr.req->length());
+    if (d.seq != call.seq() || d.group != g.id || d.rank != pr.peer || d.op != mine.op) {
+      throw TransportError(call.where() + ": descriptor from rank " +
+                           std::to_string(call.global(pr.peer)) + " is for another call (group " +
+                           std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
+    }
+    all[pr.peer] = std::move(d);
+  }
+  call.recvs().clear();
+  return all;
+}
+
+// Every rank sees the same descriptors, so every rank raises the same error.
+void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].ok) {
+      throw InvalidArgument(call.where() + ": rank " + std::to_string(call.global(r)) +
+                            " rejected its arguments: " + all[r].error);
+    }
+  }
+  const CallDescriptor& ref = all[0];
+  for (size_t r = 1; r < all.size(); ++r) {
+    const CallDescriptor& d = all[r];
+    if (d.in_numel != ref.in_numel || d.in_dtype != ref.in_dtype || d.out_dtype != ref.out_dtype ||
+        d.out_numel != ref.out_numel) {
+      throw InvalidArgument(call.where() + ": ranks disagree: rank " +
+                            std::to_string(call.global(0)) + " has " + describe_args(ref) +
+                            ", rank " + std::to_string(call.global(r)) + " has " +
+                            describe_args(d) + "; every rank must pass the same sizes and dtypes");
+    }
+  }
+}
+
+const schedule::Schedule& schedule_for(GroupState& g) {
+  const schedule::Algorithm a = choose_algorithm(g.size());
+  auto it = g.schedules.find(a);
+  if (it == g.schedules.end()) {
+    it = g.schedules.emplace(a, schedule::make_schedule(a, g.order, g.rank)).first;
+    log::info(g.describe() + ": all_gather algorithm " + schedule::algorithm_name(a) + ", " +
+              std::to_string(it->second.steps.size()) + " steps");
+  }
+  return it->second;
+}
+
+}  // namespace
+
+void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
+  check_usable(g, "all_gather_into_tensor");
+  Call call(transport_, g, "all_gather_into_tensor");
+  const int p = g.size();
+  const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
+  const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
+  uint8_t* out = static_cast<uint8_t*>(a.out);
+  if (a.local_error.empty()) {
+    uint8_t* slot = out + static_cast<size_t>(g.rank) * chunk;
+    if (slot != a.in || a.in_dtype != a.out_dtype) {
+      convert_elements(slot, a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+    }
+  }
+  if (p == 1) {
+    if (!a.local_error.empty()) throw InvalidArgument(call.where() + ": " + a.local_error);
+    return;
+  }
+
+  std::shared_ptr<transport::MemoryRegion> region;
+  CallDescriptor mine;
+  mine.seq = call.seq();
+  mine.group = g.id;
+  mine.rank = g.rank;
+  mine.op = CollectiveOp::AllGather;
+  mine.ok = a.local_error.empty();
+  mine.error = a.local_error;
+  mine.in_dtype = static_cast<uint8_t>(a.in_dtype);
+  mine.out_dtype = static_cast<uint8_t>(a.out_dtype);
+  mine.in_numel = static_cast<uint64_t>(a.in_numel);
+  mine.out_numel = static_cast<uint64_t>(a.out_numel);
+  if (mine.ok) {
+    region = transport_.register_memory(out, out_bytes);
+    mine.out_addr = reinterpret_cast<uint64_t>(out);
+    mine.out_bytes = out_bytes;
+    mine.key = region->packed_key();
+  }
+  const std::vector<CallDescriptor> all = exchange_descriptors(transport_, g, call, mine);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+  check_descriptors(call, all);
+  if (chunk == 0) return;
+
+  const schedule::Schedule& sched = schedule_for(g);
+  // Post every expected arrival up front; remember where each step's arrivals end.
+  std::vector<size_t> recv_end;
+  for (const auto& step : sched.steps) {
+    for (const auto& r : step.recvs) {
+      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
+      call.recvs().push_back({transport_.expect(call.global(r.peer), *region, r.first * chunk,
+                                                r.count * chunk, tag),
+                              r.peer,
+                              "chunks " + std::to_string(r.first) + ".." +
+                                  std::to_string(r.first + r.count - 1)});
+    }
+    recv_end.push_back(call.recvs().size());
+  }
+  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+  for (size_t s = 0; s < sched.steps.size(); ++s) {
+    // A step forwards chunks that arrived in earlier steps.
+    if (s > 0) call.wait(call.recvs(), 0, recv_end[s - 1]);
+    for (const auto& w : sched.steps[s].sends) {
+      const CallDescriptor& dst = all[w.peer];
+      if (!remotes[w.peer]) {
+        remotes[w.peer] = transport_.unpack_remote(call.global(w.peer), dst.out_addr,
+                                                   dst.out_bytes, dst.key);
+      }
+      const size_t offset = w.first * chunk;
+      const size_t length = w.count * chunk;
+      if (offset + length > dst.out_bytes) {  // never write outside what the peer advertised
+        throw TransportError(call.where() + ": refusing to write bytes [" +
+                             std::to_string(offset) + ", " + std::to_string(offset + length) +
+                             ") into rank " + std::to_string(call.global(w.peer)) +
+                             "'s output of " + std::to_string(dst.out_bytes) + " bytes");
+      }
+      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(w.first));
+      call.sends().push_back(
+          {transport_.write(*region, offset, *remotes[w.peer], offset, length, tag), w.peer,
+           "write of chunks " + std::to_string(w.first) + ".." +
+               std::to_string(w.first + w.count - 1)});
+    }
+  }
+  call.wait(call.recvs(), 0, call.recvs().size());
+  call.wait(call.sends(), 0, call.sends().size());
+}
+
+void Engine::barrier(GroupState& g) {
+  check_usable(g, "barrier");
+  if (g.size() == 1) {
+    ++g.next_seq;
+    return;
+  }
+  Call call(transport_, g, "barrier");
+  CallDescriptor mine;
+  mine.seq = call.seq();
+  mine.group = g.id;
+  mine.rank = g.rank;
+  mine.op = CollectiveOp::Barrier;
+  exchange_descriptors(transport_, g, call, mine);
+}
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,40 @@
+#pragma once
+// Runs collectives over a transport: per-call descriptors (readiness and cross-rank checks),
+// then the schedule's one-sided writes, every wait bounded by the group's timeout.
+
+#include <cstdint>
+#include <string>
+
+#include "engine/group_state.hpp"
+#include "rdmacoll/tensor.hpp"
+#include "transports/transport.hpp"
+
+namespace rdmacoll::engine {
+
+struct AllGatherArgs {
+  void* out = nullptr;
+  DType out_dtype = DType::Float32;
+  int64_t out_numel = 0;
+  const void* in = nullptr;
+  DType in_dtype = DType::Float32;
+  int64_t in_numel = 0;
+  // Non-empty when the local arguments are invalid: the call still tells the peers (so they
+  // raise too) and then raises InvalidArgument with this text.
+  std::string local_error;
+};
+
+class Engine {
+ public:
+  explicit Engine(transport::Transport& transport) : transport_(transport) {}
+
+  void all_gather(GroupState& group, const AllGatherArgs& args);
+  void barrier(GroupState& group);
+
+ private:
+  transport::Transport& transport_;
+};
+
+// RDMACOLL_ALGO (auto|rd|bruck|direct) resolved for a group of p ranks.
+schedule::Algorithm choose_algorithm(int p);
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,52 @@
+#include "schedule/schedule.hpp"
+
+#include <algorithm>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::schedule {
+
+std::string algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::RecursiveDoubling:
+      return "rd";
+    case Algorithm::Bruck:
+      return "bruck";
+    case Algorithm::Direct:
+      return "direct";
+  }
+  return "?";
+}
+
+bool is_power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
+
+std::vector<Transfer> coalesce(int peer, std::vector<int> chunks) {
+  std::sort(chunks.begin(), chunks.end());
+  std::vector<Transfer> runs;
+  for (int c : chunks) {
+    if (!runs.empty() && runs.back().first + runs.back().count == c) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({peer, c, 1});
+    }
+  }
+  return runs;
+}
+
+Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank) {
+  switch (a) {
+    case Algorithm::RecursiveDoubling:
+      if (!is_power_of_two(static_cast<int>(order.size()))) {
+        throw InvalidArgument("recursive doubling needs a power-of-two group, got " +
+                              std::to_string(order.size()) + " ranks");
+      }
+      return recursive_doubling(order, rank);
+    case Algorithm::Bruck:
+      return bruck(order, rank);
+    case Algorithm::Direct:
+      return direct(order, rank);
+  }
+  throw InvalidArgument("unknown algorithm");
+}
+
+}  // namespace rdmacoll::schedule

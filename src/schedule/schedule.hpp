@@ -1,0 +1,49 @@
+#pragma once
+// A schedule is plain data: for one rank of a group, the steps of an all-gather. At each step
+// the rank writes ranges of chunks it already holds into its peers' outputs (at the chunks'
+// final offsets) and receives ranges from its peers. Chunk i is group rank i's contribution.
+// Executing a schedule (src/engine/) is separate from computing it (here, no network).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rdmacoll::schedule {
+
+// A run of consecutive chunks [first, first + count) moving between this rank and `peer`.
+struct Transfer {
+  int peer;
+  int first;
+  int count;
+  bool operator==(const Transfer&) const = default;
+};
+
+struct Step {
+  std::vector<Transfer> sends;
+  std::vector<Transfer> recvs;
+};
+
+enum class Algorithm { RecursiveDoubling, Bruck, Direct };
+
+struct Schedule {
+  Algorithm algorithm;
+  std::vector<Step> steps;
+};
+
+std::string algorithm_name(Algorithm a);
+
+// `order[v]` is the group rank at virtual position v (a permutation of 0..p-1); identity for a
+// flat topology. Each function returns the schedule of group rank `rank`.
+Schedule recursive_doubling(const std::vector<int>& order, int rank);  // p a power of two
+Schedule bruck(const std::vector<int>& order, int rank);               // any p
+Schedule direct(const std::vector<int>& order, int rank);              // any p, one step
+
+// RecursiveDoubling for powers of two, Bruck otherwise (Direct when forced).
+Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank);
+
+bool is_power_of_two(int p);
+
+// Turns a set of chunk indices into maximal runs of consecutive indices (sorted).
+std::vector<Transfer> coalesce(int peer, std::vector<int> chunks);
+
+}  // namespace rdmacoll::schedule

@@ -1,0 +1,136 @@
+#pragma once
+// The one interface the engine sees. Implementations: transports/ucx/, transports/verbs/.
+//
+// Model (after Gloo's device/pair/buffer, with one-sided writes as the data path):
+//  - register_memory() exposes a local range; its packed_key() travels to peers, which turn it
+//    into a RemoteRegion and write() into it at an offset.
+//  - Every write carries a 64-bit signal. The receiver asks for that signal with expect() and
+//    the expect request completes once the bytes have landed (RDMA WRITE WITH IMM on verbs;
+//    put + flush + tagged notification or a tagged message straight into place on UCX).
+//  - send()/recv() carry small control messages (call descriptors), matched by tag.
+//  - progress() drives completions; wait_for_event() blocks (not spins) until something may
+//    have happened or the deadline passes, so oversubscribed ranks yield the CPU.
+// Requests never outlive their transport: cancel() them before the memory they touch goes away.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rdmacoll::transport {
+
+using Bytes = std::vector<uint8_t>;
+using Clock = std::chrono::steady_clock;
+
+class MemoryRegion {
+ public:
+  MemoryRegion(void* base, size_t length) : base_(base), length_(length) {}
+  virtual ~MemoryRegion() = default;
+  void* base() const { return base_; }
+  size_t length() const { return length_; }
+  // What a peer needs (with base and length) to write here; may be empty.
+  virtual Bytes packed_key() const = 0;
+
+ private:
+  void* base_;
+  size_t length_;
+};
+
+// A peer's registered range, ready to be written to.
+class RemoteRegion {
+ public:
+  RemoteRegion(int peer, uint64_t base, size_t length) : peer_(peer), base_(base), length_(length) {}
+  virtual ~RemoteRegion() = default;
+  int peer() const { return peer_; }
+  uint64_t base() const { return base_; }
+  size_t length() const { return length_; }
+
+ private:
+  int peer_;
+  uint64_t base_;
+  size_t length_;
+};
+
+class Request {
+ public:
+  enum class State { Pending, Done, Failed };
+  virtual ~Request() = default;
+  State state() const { return state_; }
+  bool done() const { return state_ == State::Done; }
+  bool failed() const { return state_ == State::Failed; }
+  const std::string& error() const { return error_; }
+  int peer() const { return peer_; }
+  // Bytes received (recv requests).
+  size_t length() const { return length_; }
+
+  void complete(size_t length = 0) {
+    length_ = length;
+    state_ = State::Done;
+  }
+  void fail(std::string why) {
+    error_ = std::move(why);
+    state_ = State::Failed;
+  }
+
+ protected:
+  explicit Request(int peer) : peer_(peer) {}
+
+ private:
+  State state_ = State::Pending;
+  std::string error_;
+  int peer_;
+  size_t length_ = 0;
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // "ucx" or "verbs", and a one-line description of devices/protocols for logs.
+  virtual std::string name() const = 0;
+  virtual std::string describe() const = 0;
+
+  // Our address, published through the rendezvous store; connect() takes every rank's (index =
+  // global rank). Endpoints may be created lazily on first use.
+  virtual Bytes address() const = 0;
+  virtual void connect(int my_rank, const std::vector<Bytes>& addresses) = 0;
+
+  virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
+  virtual std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
+                                                      const Bytes& packed_key) = 0;
+
+  // Control messages (<= a few KiB), copied before send() returns; matched by exact tag.
+  virtual RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) = 0;
+  virtual RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) = 0;
+
+  // One-sided write of src[src_offset, +length) into dst[dst_offset, +length) carrying
+  // `signal`. The caller has checked the range against dst's length.
+  virtual RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
+                           size_t dst_offset, size_t length, uint64_t signal) = 0;
+  // Completes when the write carrying `signal` into region[offset, +length) has landed.
+  virtual RequestPtr expect(int peer, MemoryRegion& region, size_t offset, size_t length,
+                            uint64_t signal) = 0;
+
+  // Stops a pending request; afterwards it no longer touches its buffer.
+  virtual void cancel(const RequestPtr& request) = 0;
+
+  // Drives completions; returns true if any progress was made.
+  virtual bool progress() = 0;
+  // Blocks until progress may be possible or `deadline` passes.
+  virtual void wait_for_event(Clock::time_point deadline) = 0;
+
+  // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
+  virtual std::optional<std::string> peer_failure(int peer) const = 0;
+};
+
+enum class TransportKind { Auto, Ucx, Verbs };
+
+// Creates the transport for `kind` (Auto: verbs when usable, else UCX). Throws TransportError
+// with the reason when the requested kind is unavailable.
+std::unique_ptr<Transport> create_transport(TransportKind kind);
+
+}  // namespace rdmacoll::transport

@@ -1,0 +1,441 @@
+#include "transports/ucx/ucx_transport.hpp"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport {
+
+namespace {
+
+std::string status_str(ucs_status_t s) { return ucs_status_string(s); }
+
+void check(ucs_status_t s, const std::string& what) {
+  if (s != UCS_OK) throw TransportError("UCX: " + what + " failed: " + status_str(s));
+}
+
+enum class Protocol { Tag, Put };
+
+Protocol protocol_from_env() {
+  const char* v = std::getenv("RDMACOLL_UCX_PROTOCOL");
+  const std::string s = v ? v : "auto";
+  if (s == "put") return Protocol::Put;
+  if (s == "tag" || s == "auto") return Protocol::Tag;
+  throw InvalidArgument("RDMACOLL_UCX_PROTOCOL: expected auto, tag or put, got '" + s + "'");
+}
+
+class UcxTransport;
+
+class UcxRequest final : public Request {
+ public:
+  UcxRequest(UcxTransport* owner, int peer) : Request(peer), owner(owner) {}
+  UcxTransport* owner;
+  void* ucx = nullptr;  // UCX's request handle while in flight
+  Bytes payload;        // owned copy of a control message, or the 8-byte put notification
+  uint64_t signal = 0;  // put protocol: notification to send after the flush
+  size_t expected_length = 0;
+};
+
+class UcxMemoryRegion final : public MemoryRegion {
+ public:
+  UcxMemoryRegion(ucp_context_h ctx, void* base, size_t length) : MemoryRegion(base, length), ctx_(ctx) {}
+  ~UcxMemoryRegion() override {
+    if (packed_) ucp_rkey_buffer_release(packed_);
+    if (memh_) ucp_mem_unmap(ctx_, memh_);
+  }
+  void map() {
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = base();
+    p.length = length();
+    check(ucp_mem_map(ctx_, &p, &memh_), "ucp_mem_map of " + std::to_string(length()) + " bytes");
+    check(ucp_rkey_pack(ctx_, memh_, &packed_, &packed_size_), "ucp_rkey_pack");
+  }
+  Bytes packed_key() const override {
+    const auto* p = static_cast<const uint8_t*>(packed_);
+    return p ? Bytes(p, p + packed_size_) : Bytes{};
+  }
+
+ private:
+  ucp_context_h ctx_;
+  ucp_mem_h memh_ = nullptr;
+  void* packed_ = nullptr;
+  size_t packed_size_ = 0;
+};
+
+class UcxRemoteRegion final : public RemoteRegion {
+ public:
+  UcxRemoteRegion(int peer, uint64_t base, size_t length, ucp_rkey_h rkey)
+      : RemoteRegion(peer, base, length), rkey(rkey) {}
+  ~UcxRemoteRegion() override {
+    if (rkey) ucp_rkey_destroy(rkey);
+  }
+  ucp_rkey_h rkey;
+};
+
+struct PeerSlot {
+  UcxTransport* owner = nullptr;
+  int rank = -1;
+  ucp_ep_h ep = nullptr;
+  std::optional<std::string> failure;
+  bool close_pending = false;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport() : protocol_(protocol_from_env()) {
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    ucs_status_t s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(s, "ucp_init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(context_, &wp, &worker_);
+    if (s != UCS_OK) {
+      ucp_cleanup(context_);
+      check(s, "ucp_worker_create");
+    }
+    s = ucp_worker_get_efd(worker_, &efd_);
+    if (s != UCS_OK) efd_ = -1;  // no wakeup support: wait_for_event() then yields instead
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
+    address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len);
+    ucp_worker_release_address(worker_, addr);
+  }
+
+  ~UcxTransport() override {
+    // Cancel what is still posted so no callback runs into freed memory.
+    for (auto& [raw, req] : inflight_) {
+      if (req->ucx) ucp_request_cancel(worker_, req->ucx);
+    }
+    for (int i = 0; i < 1000 && !inflight_.empty(); ++i) ucp_worker_progress(worker_);
+    std::vector<void*> closing;
+    for (auto& slot : peers_) {
+      if (!slot->ep) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = slot->failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      void* r = ucp_ep_close_nbx(slot->ep, &p);
+      if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+    }
+    // Bounded: a peer that went away must not hold up our exit.
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (void* r : closing) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_, r);
+      ucp_request_free(r);
+    }
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+  std::string name() const override { return "ucx"; }
+
+  std::string describe() const override {
+    const char* tls = std::getenv("UCX_TLS");
+    return std::string("ucx ") + ucp_get_version_string() +
+           " protocol=" + (protocol_ == Protocol::Tag ? "tag" : "put") +
+           " UCX_TLS=" + (tls ? tls : "(default)");
+  }
+
+  Bytes address() const override { return address_; }
+
+  void connect(int my_rank, const std::vector<Bytes>& addresses) override {
+    my_rank_ = my_rank;
+    addresses_ = addresses;
+    peers_.clear();
+    for (size_t r = 0; r < addresses.size(); ++r) {
+      auto slot = std::make_unique<PeerSlot>();
+      slot->owner = this;
+      slot->rank = static_cast<int>(r);
+      peers_.push_back(std::move(slot));
+    }
+  }
+
+  std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override {
+    auto region = std::make_shared<UcxMemoryRegion>(context_, base, length);
+    if (protocol_ == Protocol::Put && length > 0) region->map();
+    return region;
+  }
+
+  std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
+                                              const Bytes& packed_key) override {
+    ucp_rkey_h rkey = nullptr;
+    if (protocol_ == Protocol::Put && !packed_key.empty()) {
+      check(ucp_ep_rkey_unpack(ep(peer), packed_key.data(), &rkey),
+            "ucp_ep_rkey_unpack for peer " + std::to_string(peer));
+    }
+    return std::make_unique<UcxRemoteRegion>(peer, base, length, rkey);
+  }
+
+  RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
+    auto req = std::make_shared<UcxRequest>(this, peer);
+    req->payload.assign(static_cast<const uint8_t*>(data),
+                        static_cast<const uint8_t*>(data) + length);
+    post_send(req, req->payload.data(), length, tag);
+    return req;
+  }
+
+  RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) override {
+    auto req = std::make_shared<UcxRequest>(this, peer);
+    post_recv(req, buffer, capacity, tag);
+    return req;
+  }
+
+  RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
+                   size_t dst_offset, size_t length, uint64_t signal) override {
+    const int peer = dst.peer();
+    auto req = std::make_shared<UcxRequest>(this, peer);
+    const auto* from = static_cast<const uint8_t*>(src.base()) + src_offset;
+    if (protocol_ == Protocol::Tag) {
+      post_send(req, from, length, signal);
+      return req;
+    }
+    // Put protocol: data, then flush (remote completion), then the notification.
+    const auto& remote = static_cast<const UcxRemoteRegion&>(dst);
+    if (length > 0) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = [](void* r, ucs_status_t, void*) { ucp_request_free(r); };
+      void* r = ucp_put_nbx(ep(peer), from, length, remote.base() + dst_offset, remote.rkey, &p);
+      if (UCS_PTR_IS_ERR(r)) {
+        req->fail("UCX put to rank " + std::to_string(peer) + ": " +
+                  status_str(UCS_PTR_STATUS(r)));
+        return req;
+      }
+    }
+    req->signal = signal;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = [](void* r, ucs_status_t status, void* user) {
+      auto* q = static_cast<UcxRequest*>(user);
+      ucp_request_free(r);
+      q->ucx = nullptr;
+      q->owner->flushed(q, status);
+    };
+    p.user_data = req.get();
+    void* r = ucp_ep_flush_nbx(ep(peer), &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      req->fail("UCX flush to rank " + std::to_string(peer) + ": " +
+                status_str(UCS_PTR_STATUS(r)));
+    } else if (r == nullptr) {
+      send_notification(req);
+    } else {
+      req->ucx = r;
+      inflight_[req.get()] = req;
+    }
+    return req;
+  }
+
+  RequestPtr expect(int peer, MemoryRegion& region, size_t offset, size_t length,
+                    uint64_t signal) override {
+    auto req = std::make_shared<UcxRequest>(this, peer);
+    if (protocol_ == Protocol::Tag) {
+      req->expected_length = length;
+      post_recv(req, static_cast<uint8_t*>(region.base()) + offset, length, signal);
+    } else {
+      req->payload.resize(sizeof(uint64_t));
+      req->expected_length = sizeof(uint64_t);
+      post_recv(req, req->payload.data(), req->payload.size(), signal);
+    }
+    return req;
+  }
+
+  void cancel(const RequestPtr& request) override {
+    auto* req = static_cast<UcxRequest*>(request.get());
+    if (req->state() != Request::State::Pending) return;
+    if (req->ucx) {
+      ucp_request_cancel(worker_, req->ucx);
+      // Cancellation completes through the callback; drive it so the buffer is released now.
+      const auto deadline = Clock::now() + std::chrono::seconds(1);
+      while (req->ucx && Clock::now() < deadline) ucp_worker_progress(worker_);
+    }
+    if (req->state() == Request::State::Pending) req->fail("cancelled");
+  }
+
+  bool progress() override {
+    bool any = ucp_worker_progress(worker_) != 0;
+    while (!pending_notifications_.empty()) {
+      auto req = std::move(pending_notifications_.front());
+      pending_notifications_.pop_front();
+      send_notification(req);
+      any = true;
+    }
+    for (auto& slot : peers_) {
+      if (slot->failure && slot->ep && !slot->close_pending) {
+        slot->close_pending = true;
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void* r = ucp_ep_close_nbx(slot->ep, &p);
+        if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+        slot->ep = nullptr;
+        any = true;
+      }
+    }
+    return any;
+  }
+
+  void wait_for_event(Clock::time_point deadline) override {
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    if (efd_ < 0) {
+      sched_yield();
+      return;
+    }
+    const ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) return;  // events are pending: progress again
+    // Wake up at least every 100 ms to recheck peer failures and deadlines.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    pollfd pfd{efd_, POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+  }
+
+  std::optional<std::string> peer_failure(int peer) const override {
+    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return std::nullopt;
+    return peers_[peer]->failure;
+  }
+
+  void flushed(UcxRequest* req, ucs_status_t status) {
+    auto it = inflight_.find(req);
+    if (it == inflight_.end()) return;
+    auto keep = it->second;
+    inflight_.erase(it);
+    if (status != UCS_OK) {
+      req->fail("UCX flush to rank " + std::to_string(req->peer()) + ": " + status_str(status));
+      return;
+    }
+    pending_notifications_.push_back(std::move(keep));
+  }
+
+ private:
+  ucp_ep_h ep(int peer) {
+    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) {
+      throw InvalidArgument("UCX transport: no such peer rank " + std::to_string(peer));
+    }
+    PeerSlot& slot = *peers_[peer];
+    if (slot.failure) throw PeerFailure("rank " + std::to_string(peer) + ": " + *slot.failure);
+    if (slot.ep) return slot.ep;
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t*>(addresses_[peer].data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
+      auto* s = static_cast<PeerSlot*>(arg);
+      s->failure = "connection to rank " + std::to_string(s->rank) + " failed (" +
+                   status_str(status) + ")";
+    };
+    p.err_handler.arg = &slot;
+    check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
+    return slot.ep;
+  }
+
+  void track(const std::shared_ptr<UcxRequest>& req, void* r, const std::string& what) {
+    if (r == nullptr) {
+      req->complete(req->expected_length);
+    } else if (UCS_PTR_IS_ERR(r)) {
+      req->fail(what + ": " + status_str(UCS_PTR_STATUS(r)));
+    } else {
+      req->ucx = r;
+      inflight_[req.get()] = req;
+    }
+  }
+
+  void finish(UcxRequest* req, ucs_status_t status, size_t length, const char* what) {
+    auto it = inflight_.find(req);
+    std::shared_ptr<UcxRequest> keep;
+    if (it != inflight_.end()) {
+      keep = it->second;
+      inflight_.erase(it);
+    }
+    if (status == UCS_OK) {
+      if (req->expected_length && length != req->expected_length) {
+        req->fail(std::string(what) + " from rank " + std::to_string(req->peer()) + ": expected " +
+                  std::to_string(req->expected_length) + " bytes, got " + std::to_string(length));
+      } else {
+        req->complete(length);
+      }
+    } else if (status == UCS_ERR_CANCELED) {
+      req->fail("cancelled");
+    } else {
+      req->fail(std::string(what) + " with rank " + std::to_string(req->peer()) + ": " +
+                status_str(status));
+    }
+  }
+
+  void post_send(const std::shared_ptr<UcxRequest>& req, const void* data, size_t length,
+                 uint64_t tag) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = [](void* r, ucs_status_t status, void* user) {
+      auto* q = static_cast<UcxRequest*>(user);
+      ucp_request_free(r);
+      q->ucx = nullptr;
+      q->owner->finish(q, status, 0, "send");
+    };
+    p.user_data = req.get();
+    void* r = ucp_tag_send_nbx(ep(req->peer()), data, length, tag, &p);
+    track(req, r, "send to rank " + std::to_string(req->peer()));
+  }
+
+  void post_recv(const std::shared_ptr<UcxRequest>& req, void* buffer, size_t capacity,
+                 uint64_t tag) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv = [](void* r, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+      auto* q = static_cast<UcxRequest*>(user);
+      ucp_request_free(r);
+      q->ucx = nullptr;
+      q->owner->finish(q, status, status == UCS_OK ? info->length : 0, "receive");
+    };
+    p.user_data = req.get();
+    // UCX 1.13 can complete a receive at once without filling recv_info's length, so always
+    // take the callback path, which reports it.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    void* r = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &p);
+    track(req, r, "receive from rank " + std::to_string(req->peer()));
+  }
+
+  void send_notification(const std::shared_ptr<UcxRequest>& req) {
+    req->payload.resize(sizeof(uint64_t));
+    std::memcpy(req->payload.data(), &req->signal, sizeof(uint64_t));
+    try {
+      post_send(req, req->payload.data(), req->payload.size(), req->signal);
+    } catch (const Error& e) {
+      req->fail(e.what());
+    }
+  }
+
+  Protocol protocol_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  Bytes address_;
+  int my_rank_ = -1;
+  std::vector<Bytes> addresses_;
+  std::vector<std::unique_ptr<PeerSlot>> peers_;
+  std::unordered_map<UcxRequest*, std::shared_ptr<UcxRequest>> inflight_;
+  std::deque<std::shared_ptr<UcxRequest>> pending_notifications_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> create_ucx_transport() { return std::make_unique<UcxTransport>(); }
+
+}  // namespace rdmacoll::transport
