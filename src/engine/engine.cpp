@@ -75,6 +75,18 @@ class Call {
            ", rank " + std::to_string(g_.rank) + " of " + std::to_string(g_.size()) + ")";
   }
 
+  // Runs a transport call; a failure it throws gets this call's context and breaks the group.
+  template <typename F>
+  auto guarded(F&& f) {
+    try {
+      return f();
+    } catch (const PeerFailure& e) {
+      fail<PeerFailure>(where() + ": " + e.what());
+    } catch (const TransportError& e) {
+      fail<TransportError>(where() + ": " + e.what());
+    }
+  }
+
   std::vector<Pending>& recvs() { return recvs_; }
   std::vector<Pending>& sends() { return sends_; }
 
@@ -164,15 +176,17 @@ std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupS
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
-    call.recvs().push_back(
-        {t.recv(call.global(peer), tag, buffers[peer].data(), buffers[peer].size()), peer,
-         "call descriptor"});
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(call.global(peer), tag, buffers[peer].data(),
+                                            buffers[peer].size());
+                            }),
+                            peer, "call descriptor"});
   }
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
     // The transport owns the copy of a control message until it is sent; nothing to track.
-    t.send(call.global(peer), tag, payload.data(), payload.size());
+    call.guarded([&] { return t.send(call.global(peer), tag, payload.data(), payload.size()); });
   }
   call.wait(call.recvs(), 0, call.recvs().size());
   std::vector<CallDescriptor> all(p);
@@ -271,8 +285,10 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   for (const auto& step : sched.steps) {
     for (const auto& r : step.recvs) {
       const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
-      call.recvs().push_back({transport_.expect(call.global(r.peer), *region, r.first * chunk,
-                                                r.count * chunk, tag),
+      call.recvs().push_back({call.guarded([&] {
+                                return transport_.expect(call.global(r.peer), *region,
+                                                         r.first * chunk, r.count * chunk, tag);
+                              }),
                               r.peer,
                               "chunks " + std::to_string(r.first) + ".." +
                                   std::to_string(r.first + r.count - 1)});
@@ -286,8 +302,10 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
     for (const auto& w : sched.steps[s].sends) {
       const CallDescriptor& dst = all[w.peer];
       if (!remotes[w.peer]) {
-        remotes[w.peer] = transport_.unpack_remote(call.global(w.peer), dst.out_addr,
-                                                   dst.out_bytes, dst.key);
+        remotes[w.peer] = call.guarded([&] {
+          return transport_.unpack_remote(call.global(w.peer), dst.out_addr, dst.out_bytes,
+                                          dst.key);
+        });
       }
       const size_t offset = w.first * chunk;
       const size_t length = w.count * chunk;
@@ -299,7 +317,10 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
       }
       const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(w.first));
       call.sends().push_back(
-          {transport_.write(*region, offset, *remotes[w.peer], offset, length, tag), w.peer,
+          {call.guarded([&] {
+             return transport_.write(*region, offset, *remotes[w.peer], offset, length, tag);
+           }),
+           w.peer,
            "write of chunks " + std::to_string(w.first) + ".." +
                std::to_string(w.first + w.count - 1)});
     }

@@ -1,0 +1,289 @@
+// all_gather_into_tensor across real processes over the UCX transport (shared memory by
+// default; ctest runs this binary again with UCX_TLS=tcp). Every test checks every element of
+// every rank's output.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+
+#include "multirank.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::run_ranks;
+using testing::RunOptions;
+
+// Small integers: exact in every dtype. Bool inputs alternate 0/1.
+double input_value(int rank, int64_t i, int iter, DType dt) {
+  const int64_t raw = (rank * 31 + i * 7 + iter * 13) % 100;
+  return dt == DType::Bool ? static_cast<double>(raw % 2) : static_cast<double>(1 + raw);
+}
+
+double expected_value(int rank, int64_t i, int iter, DType in, DType out) {
+  const double v = input_value(rank, i, iter, in);
+  return out == DType::Bool ? (v != 0.0 ? 1.0 : 0.0) : v;
+}
+
+// One checked gather on `group`: the output starts with values that differ from every expected
+// one, so a missing or misplaced write is caught.
+void gather_and_check(const Group& group, int64_t n, DType in_dt, DType out_dt, bool stacked,
+                      int iter = 0) {
+  const int p = group.is_default() ? get_world_size() : group.size();
+  const int me = group.is_default() ? get_rank() : group.rank();
+  Tensor in = zeros({n}, in_dt);
+  for (int64_t i = 0; i < n; ++i) in.set(i, input_value(me, i, iter, in_dt));
+  Tensor out = stacked ? zeros({p, n}, out_dt) : zeros({p * n}, out_dt);
+  for (int r = 0; r < p; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = expected_value(r, i, iter, in_dt, out_dt);
+      out.set(r * n + i, out_dt == DType::Bool ? 1.0 - e : e + 1);
+    }
+  }
+  all_gather_into_tensor(out, in, group);
+  for (int r = 0; r < p; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double got = out.item(r * n + i);
+      const double want = expected_value(r, i, iter, in_dt, out_dt);
+      RANK_CHECK(got == want, "rank " << me << " of " << p << ", chunk " << r << " element " << i
+                                      << " of " << n << " (" << dtype_name(in_dt) << " -> "
+                                      << dtype_name(out_dt) << (stacked ? ", stacked" : ", flat")
+                                      << ", iter " << iter << "): got " << got << ", want "
+                                      << want);
+    }
+  }
+}
+
+void expect_all_ok(const std::vector<testing::RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " failed; " << testing::describe(results);
+  }
+}
+
+class GroupSize : public ::testing::TestWithParam<int> {};
+
+TEST_P(GroupSize, SizesFromZeroBytesUpFlatAndStacked) {
+  const int p = GetParam();
+  expect_all_ok(run_ranks(p, [](int, int world) {
+    for (bool stacked : {false, true}) {
+      gather_and_check({}, 0, DType::Float32, DType::Float32, stacked);
+      gather_and_check({}, 1, DType::Float32, DType::Float32, stacked);
+      gather_and_check({}, 13, DType::Int8, DType::Int8, stacked);       // 13 bytes: odd
+      gather_and_check({}, 5, DType::Float16, DType::Float16, stacked);  // 10 bytes
+      gather_and_check({}, 1001, DType::Float64, DType::Float64, stacked);
+      gather_and_check({}, (1 << 20) / 4, DType::Float32, DType::Float32, stacked);  // 1 MiB
+    }
+    if (world <= 4) gather_and_check({}, (16 << 20) / 4, DType::Float32, DType::Float32, false);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGather, GroupSize, ::testing::Values(1, 2, 3, 4, 5, 7, 8));
+
+TEST(AllGather, EveryDtypeAndConversions) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    for (DType dt : kAllDTypes) gather_and_check({}, 37, dt, dt, false);
+    gather_and_check({}, 37, DType::Int64, DType::Float32, false);
+    gather_and_check({}, 37, DType::Int64, DType::Float32, true);
+    gather_and_check({}, 37, DType::Float32, DType::BFloat16, false);
+    gather_and_check({}, 37, DType::Int32, DType::Float64, false);
+    gather_and_check({}, 37, DType::Bool, DType::Int64, false);
+    gather_and_check({}, 37, DType::UInt8, DType::Float16, true);
+    gather_and_check({}, 37, DType::Float64, DType::Bool, false);
+  }));
+}
+
+TEST(AllGather, InPlaceInputIsTheOwnSlot) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    const int64_t n = 100;
+    Tensor out = zeros({world * n}, DType::Int32);
+    Tensor slot = Tensor::view(static_cast<int32_t*>(out.data()) + rank * n, DType::Int32, {n});
+    for (int64_t i = 0; i < n; ++i) slot.set(i, input_value(rank, i, 0, DType::Int32));
+    all_gather_into_tensor(out, slot);
+    for (int r = 0; r < world; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        RANK_CHECK(out.item(r * n + i) == input_value(r, i, 0, DType::Int32), "r " << r << " i " << i);
+      }
+    }
+  }));
+}
+
+TEST(AllGather, SubgroupsOneAfterAnother) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    Group g01 = new_group({0, 1});
+    Group g13 = new_group({3, 1});  // sorted to [1, 3]: rank 3 is group rank 1
+    Group solo = new_group({2});
+    RANK_CHECK(g01.is_member() == (rank <= 1), "membership of [0, 1]");
+    RANK_CHECK(g13.is_member() == (rank == 1 || rank == 3), "membership of [1, 3]");
+    if (rank == 3) RANK_CHECK(g13.rank() == 1, "group rank of 3 in [1, 3]");
+    for (int iter = 0; iter < 3; ++iter) {
+      if (g01.is_member()) gather_and_check(g01, 7, DType::Int64, DType::Float32, false, iter);
+      if (g13.is_member()) gather_and_check(g13, 9, DType::Float32, DType::Float32, true, iter);
+      if (solo.is_member()) gather_and_check(solo, 5, DType::Int16, DType::Int16, false, iter);
+      gather_and_check({}, 3, DType::Float32, DType::Float32, false, iter);
+    }
+  }));
+}
+
+TEST(AllGather, ListOutputAndBarrier) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    Tensor in = zeros({4}, DType::Int64);
+    for (int i = 0; i < 4; ++i) in.set(i, rank * 10 + i);
+    std::vector<Tensor> outs;
+    for (int r = 0; r < world; ++r) outs.push_back(zeros({4}, DType::Float64));
+    all_gather(outs, in);
+    for (int r = 0; r < world; ++r) {
+      for (int i = 0; i < 4; ++i) RANK_CHECK(outs[r].item(i) == r * 10 + i, "list " << r);
+    }
+    barrier();
+  }));
+}
+
+TEST(AllGather, ThousandCallsReusedBuffers) {
+  expect_all_ok(run_ranks(4, [](int rank, int world) {
+    const int64_t n = 64;
+    Tensor in = zeros({n}, DType::Float32);
+    Tensor out = zeros({world * n}, DType::Float32);
+    for (int iter = 0; iter < 1000; ++iter) {
+      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      all_gather_into_tensor(out, in);
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
+                     "iter " << iter << " chunk " << r << " element " << i);
+        }
+      }
+    }
+  }));
+}
+
+TEST(AllGather, ThousandCallsFreshBuffers) {
+  expect_all_ok(run_ranks(4, [](int, int) {
+    for (int iter = 0; iter < 1000; ++iter) {
+      gather_and_check({}, 1 + iter % 50, DType::Int32, DType::Int32, iter % 2 == 1, iter);
+    }
+  }));
+}
+
+// ---- errors ------------------------------------------------------------------------------------
+
+template <typename E>
+void expect_throw_with(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const E& e) {
+    RANK_CHECK(std::string(e.what()).find(needle) != std::string::npos,
+               "message '" << e.what() << "' lacks '" << needle << "'");
+    return;
+  } catch (const std::exception& e) {
+    RANK_CHECK(false, "wrong exception type: " << e.what());
+  }
+  RANK_CHECK(false, "no exception; expected one mentioning '" << needle << "'");
+}
+
+TEST(AllGatherErrors, MismatchedSizesRaiseOnEveryRankAndGroupStaysUsable) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    const int64_t n = rank == 2 ? 5 : 4;
+    Tensor in = zeros({n});
+    Tensor out = zeros({world * n});
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -7);
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
+    // Nothing was written by peers: every slot but our own still holds the sentinel.
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      for (int64_t i = 0; i < n; ++i) RANK_CHECK(out.item(r * n + i) == -7, "slot " << r);
+    }
+    gather_and_check({}, 6, DType::Float32, DType::Float32, false);
+  }));
+}
+
+TEST(AllGatherErrors, MismatchedDtypesRaiseOnEveryRank) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    const DType dt = rank == 1 ? DType::Float64 : DType::Float32;
+    Tensor in = zeros({4}, dt);
+    Tensor out = zeros({world * 4}, dt);
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "torch.float64");
+    gather_and_check({}, 2, DType::Float32, DType::Float32, false);
+  }));
+}
+
+TEST(AllGatherErrors, WrongLocalOutputShapeRaisesBeforeAnyDataMoves) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    Tensor in = zeros({4});
+    Tensor out = zeros({rank == 1 ? world * 4 + 1 : world * 4});
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -1);
+    if (rank == 1) {
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
+                                         "output has 13 elements (13,), expected group size 3");
+      for (int64_t i = 0; i < out.numel(); ++i) RANK_CHECK(out.item(i) == -1, "element " << i);
+    } else {
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
+                                         "rank 1 rejected its arguments");
+    }
+    Tensor bad_shape = zeros({world, 2, 2});
+    Tensor in2 = zeros({2, 2});
+    gather_and_check({}, 3, DType::Float32, DType::Float32, true);
+    all_gather_into_tensor(bad_shape, in2);  // stacked (3, 2, 2) of a (2, 2) input is fine
+    Tensor wrong = zeros({world * 2, 1, 2});
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(wrong, in2); },
+                                       "neither the flat");
+  }));
+}
+
+TEST(AllGatherErrors, NonMemberGroupIsAClearError) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    Group g = new_group({0, 1});
+    if (rank == 2) {
+      Tensor in = zeros({1}), out = zeros({2});
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in, g); },
+                                         "not a member of group 1 (ranks [0, 1])");
+    } else {
+      gather_and_check(g, 3, DType::Float32, DType::Float32, false);
+    }
+  }));
+}
+
+TEST(AllGatherErrors, RankThatNeverArrivesGivesTimeout) {
+  RunOptions opt;
+  opt.init = false;
+  opt.skip_ranks = {2};
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "2"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto results = run_ranks(3, [](int, int) {
+    expect_throw_with<Timeout>([] { init_process_group(); }, "ranks [2] did not join");
+  }, opt);
+  EXPECT_EQ(results[0].exit_code, 0);
+  EXPECT_EQ(results[1].exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+TEST(AllGatherErrors, KilledRankGivesPeerFailureOrTimeoutNeverAHang) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "5"}};
+  opt.deadline = std::chrono::seconds(60);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto results = run_ranks(3, [](int rank, int world) {
+    Tensor in = zeros({1024});
+    Tensor out = zeros({world * 1024});
+    for (int iter = 0; iter < 100000; ++iter) {
+      if (rank == 2 && iter == 50) ::raise(SIGKILL);
+      try {
+        all_gather_into_tensor(out, in);
+      } catch (const PeerFailure& e) {
+        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+        std::_Exit(0);
+      } catch (const Timeout& e) {
+        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+        std::_Exit(0);
+      }
+    }
+    RANK_CHECK(false, "rank " << rank << " never noticed the dead peer");
+  }, opt);
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(40));
+}
+
+}  // namespace
+}  // namespace rdmacoll

@@ -1,0 +1,101 @@
+// Runs the three torch-doc examples under rdmacoll-run and compares the printed values (not the
+// strings) of every rank; also checks the launcher's environment and failure handling.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+
+CommandResult run(const std::string& cmd) {
+  CommandResult r{-1, {}};
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, f)) r.output += buf;
+  const int status = ::pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// Numbers printed by each rank (lines "[r] ..."), in order.
+std::map<int, std::vector<double>> values_by_rank(const std::string& out) {
+  std::map<int, std::vector<double>> v;
+  static const std::regex line(R"(^\[(\d+)\] (.*)$)");
+  static const std::regex number(R"((-?\d+(\.\d*)?(e[-+]?\d+)?))");
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    const std::string l = out.substr(start, end - start);
+    start = end + 1;
+    std::smatch m;
+    if (!std::regex_match(l, m, line)) continue;
+    const int rank = std::stoi(m[1]);
+    const std::string body = m[2];
+    if (body.find("tensor") == std::string::npos && body.find('[') == std::string::npos) continue;
+    for (auto it = std::sregex_iterator(body.begin(), body.end(), number);
+         it != std::sregex_iterator(); ++it) {
+      v[rank].push_back(std::stod((*it)[1]));
+    }
+  }
+  return v;
+}
+
+const std::string kRun = RDMACOLL_RUN;
+const std::string kBin = EXAMPLES_DIR;
+
+TEST(Examples, FlatInt64IntoFloat32) {
+  CommandResult r = run(kRun + " -n 2 " + kBin + "/example_all_gather_flat");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto v = values_by_rank(r.output);
+  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 2, 3})) << r.output;
+  EXPECT_NE(r.output.find("[0] tensor([1., 2., 2., 3.])"), std::string::npos) << r.output;
+}
+
+TEST(Examples, StackedOutput) {
+  CommandResult r = run(kRun + " -n 2 " + kBin + "/example_all_gather_stacked");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto v = values_by_rank(r.output);
+  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 3, 11, 12, 13})) << r.output;
+}
+
+TEST(Examples, SubgroupOfTwoOutOfFour) {
+  CommandResult r = run(kRun + " -n 4 " + kBin + "/example_all_gather_subgroup");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto v = values_by_rank(r.output);
+  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{0, 1, 100, 101})) << r.output;
+  EXPECT_TRUE(v[2].empty() && v[3].empty()) << r.output;
+}
+
+TEST(Launcher, SetsTheRendezvousEnvironment) {
+  CommandResult r = run(kRun + " -n 3 sh -c 'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR/${MASTER_PORT:+port}\"'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string want = "[" + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
+                             std::to_string(rank) + "/127.0.0.1/port";
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  }
+}
+
+TEST(Launcher, OneFailingRankEndsTheOthers) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Ranks 0 and 2 stand in for hung ranks; the launcher must end them once rank 1 fails.
+  CommandResult r = run(kRun + " -n 3 sh -c 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 600'");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with status 3"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+}  // namespace

@@ -1,0 +1,145 @@
+#pragma once
+// Runs a test body in N real processes (fork), each a rank of a fresh rdmacoll world on a free
+// loopback port. The parent waits on pidfds with a deadline (no sleeps) and kills stragglers.
+// A rank fails by throwing; RANK_CHECK throws with the location and the values compared.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <rdmacoll/rdmacoll.hpp>
+
+namespace rdmacoll::testing {
+
+struct CheckFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+#define RANK_CHECK(cond, msg)                                                          \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      std::ostringstream os_;                                                          \
+      os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond ": " << msg;      \
+      throw ::rdmacoll::testing::CheckFailure(os_.str());                              \
+    }                                                                                  \
+  } while (0)
+
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct RankResult {
+  int exit_code = -1;  // 0 ok, 1 check failed / exception, 128+sig when killed
+};
+
+struct RunOptions {
+  std::chrono::seconds deadline{180};
+  std::vector<std::pair<std::string, std::string>> env;  // extra environment for every rank
+  std::vector<int> skip_ranks;                           // ranks that are never started
+  bool init = true;  // call init_process_group / destroy_process_group around the body
+};
+
+// Runs body(rank, world) in `world` processes; returns each rank's exit code.
+inline std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>& body,
+                                         const RunOptions& opt = {}) {
+  const int port = free_port();
+  std::vector<pid_t> pids(world, -1);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int r = 0; r < world; ++r) {
+    if (std::find(opt.skip_ranks.begin(), opt.skip_ranks.end(), r) != opt.skip_ranks.end()) {
+      continue;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      for (const auto& [k, v] : opt.env) ::setenv(k.c_str(), v.c_str(), 1);
+      int code = 0;
+      try {
+        if (opt.init) init_process_group();
+        body(r, world);
+        if (opt.init) destroy_process_group();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[rank %d] FAILED: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    pids[r] = pid;
+  }
+  std::vector<RankResult> results(world);
+  std::vector<int> pidfds(world, -1);
+  for (int r = 0; r < world; ++r) {
+    if (pids[r] > 0) pidfds[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids[r], 0));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + opt.deadline;
+  int running = 0;
+  for (pid_t p : pids) running += p > 0;
+  while (running > 0) {
+    std::vector<pollfd> pfds;
+    std::vector<int> which;
+    for (int r = 0; r < world; ++r) {
+      if (pidfds[r] >= 0) {
+        pfds.push_back({pidfds[r], POLLIN, 0});
+        which.push_back(r);
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      for (int r = 0; r < world; ++r) {
+        if (pidfds[r] >= 0) {
+          std::fprintf(stderr, "[rank %d] still running at the test deadline: killed\n", r);
+          ::kill(pids[r], SIGKILL);
+        }
+      }
+    }
+    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::max<int64_t>(left.count(), 100)));
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (!pfds[i].revents) continue;
+      const int r = which[i];
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      results[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      ::close(pidfds[r]);
+      pidfds[r] = -1;
+      --running;
+    }
+  }
+  return results;
+}
+
+inline std::string describe(const std::vector<RankResult>& results) {
+  std::ostringstream os;
+  for (size_t r = 0; r < results.size(); ++r) os << "rank " << r << ": " << results[r].exit_code << "; ";
+  return os.str();
+}
+
+}  // namespace rdmacoll::testing
