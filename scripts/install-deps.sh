@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages rdmacoll builds and tests with (run as root).
+set -euo pipefail
+packages=(
+  g++ make cmake pkg-config python3
+  libucx-dev ucx-utils            # UCX transport (shared memory, TCP)
+  libhwloc-dev                    # topology
+  libibverbs-dev librdmacm-dev ibverbs-providers rdma-core  # verbs transport
+  libgtest-dev googletest         # tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
