@@ -108,14 +108,27 @@ std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& 
       addrs[r] = ctx.store->get("rdmacoll/addr/" + std::to_string(r),
                                 std::max(left, std::chrono::milliseconds(1)));
     } catch (const Timeout&) {
+      // Ranks before r have arrived; of the rest, ask the store which are still missing. If
+      // rank 0 has given up too and taken the store down, all of them are suspects.
       std::vector<int> missing;
-      for (int m = r; m < ctx.world_size; ++m) {
-        if (!ctx.store->check("rdmacoll/addr/" + std::to_string(m))) missing.push_back(m);
+      try {
+        for (int m = r; m < ctx.world_size; ++m) {
+          if (!ctx.store->check("rdmacoll/addr/" + std::to_string(m))) missing.push_back(m);
+        }
+      } catch (const Error&) {
+        missing.clear();
+        for (int m = r; m < ctx.world_size; ++m) missing.push_back(m);
       }
       throw Timeout("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
                     std::to_string(ctx.world_size) + "): ranks " + join(missing) +
                     " did not join the rendezvous at " + store_addr + " within " +
                     std::to_string(ctx.timeout.count()) + " ms");
+    } catch (const PeerFailure& e) {
+      // Rank 0 hosts the store: it gave up (its own timeout came first) or died.
+      throw PeerFailure("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
+                        std::to_string(ctx.world_size) + "): rank 0, the rendezvous host at " +
+                        store_addr + ", went away while rank " + std::to_string(r) +
+                        " had not joined yet: " + e.what());
     }
   }
   return addrs;

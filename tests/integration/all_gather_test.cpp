@@ -249,8 +249,20 @@ TEST(AllGatherErrors, RankThatNeverArrivesGivesTimeout) {
   opt.skip_ranks = {2};
   opt.env = {{"RDMACOLL_TIMEOUT_S", "2"}};
   const auto t0 = std::chrono::steady_clock::now();
-  auto results = run_ranks(3, [](int, int) {
-    expect_throw_with<Timeout>([] { init_process_group(); }, "ranks [2] did not join");
+  auto results = run_ranks(3, [](int rank, int) {
+    if (rank == 0) {
+      expect_throw_with<Timeout>([] { init_process_group(); }, "ranks [2] did not join");
+      return;
+    }
+    // Rank 1 times out too, unless rank 0 (the store's host) gave up first and left.
+    try {
+      init_process_group();
+      RANK_CHECK(false, "init_process_group returned without rank 2");
+    } catch (const Timeout& e) {
+      RANK_CHECK(std::string(e.what()).find("ranks [2] did not join") != std::string::npos, e.what());
+    } catch (const PeerFailure& e) {
+      RANK_CHECK(std::string(e.what()).find("rendezvous host") != std::string::npos, e.what());
+    }
   }, opt);
   EXPECT_EQ(results[0].exit_code, 0);
   EXPECT_EQ(results[1].exit_code, 0);
