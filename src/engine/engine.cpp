@@ -105,10 +105,6 @@ class Call {
           fail<PeerFailure>(where() + ": " + p.what + " with rank " + std::to_string(global(p.peer)) +
                             " failed: " + p.req->error());
         }
-        if (auto why = t_.peer_failure(global(p.peer))) {
-          fail<PeerFailure>(where() + ": rank " + std::to_string(global(p.peer)) +
-                            " is gone: " + *why);
-        }
         all_done = false;
       }
       if (all_done) return;
@@ -116,9 +112,18 @@ class Call {
         idle = 0;
         continue;
       }
+      // Spin briefly (latency), then check on the peers and block in the transport so
+      // oversubscribed ranks yield the CPU.
+      if (++idle <= 64) continue;
+      for (size_t i = begin; i < end; ++i) {
+        if (list[i].req->done()) continue;
+        if (auto why = t_.peer_failure(global(list[i].peer))) {
+          fail<PeerFailure>(where() + ": rank " + std::to_string(global(list[i].peer)) +
+                            " is gone: " + *why);
+        }
+      }
       if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
-      // Spin briefly (latency), then block in the transport so oversubscribed ranks yield.
-      if (++idle > 64) t_.wait_for_event(deadline_);
+      t_.wait_for_event(deadline_);
     }
   }
 

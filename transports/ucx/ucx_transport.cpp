@@ -1,7 +1,12 @@
 #include "transports/ucx/ucx_transport.hpp"
 
 #include <poll.h>
+#include <sys/syscall.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <cstdlib>
 #include <cstring>
@@ -84,9 +89,63 @@ struct PeerSlot {
   UcxTransport* owner = nullptr;
   int rank = -1;
   ucp_ep_h ep = nullptr;
+  bool same_host = false;
+  pid_t pid = 0;
+  int pidfd = -1;  // same-host peers: readable once the process has exited
   std::optional<std::string> failure;
   bool close_pending = false;
+  ~PeerSlot() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
 };
+
+// Same kernel, same pid namespace: then a peer's pid can be watched with a pidfd.
+std::string host_key() {
+  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return std::string("id:") + id;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) boot = buf;
+    std::fclose(f);
+  }
+  char ns[128] = {};
+  [[maybe_unused]] ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  return std::string(host) + "/" + boot + "/" + ns;
+}
+
+// Our published address: pid | host key | UCX worker address.
+struct PeerAddress {
+  uint32_t pid = 0;
+  std::string host;
+  Bytes ucx;
+};
+
+Bytes encode_address(uint32_t pid, const std::string& host, const Bytes& ucx) {
+  Bytes out(8 + host.size());
+  const uint32_t hl = static_cast<uint32_t>(host.size());
+  std::memcpy(out.data(), &pid, 4);
+  std::memcpy(out.data() + 4, &hl, 4);
+  std::memcpy(out.data() + 8, host.data(), host.size());
+  out.insert(out.end(), ucx.begin(), ucx.end());
+  return out;
+}
+
+PeerAddress decode_address(const Bytes& in, int rank) {
+  PeerAddress a;
+  uint32_t hl = 0;
+  if (in.size() >= 8) {
+    std::memcpy(&a.pid, in.data(), 4);
+    std::memcpy(&hl, in.data() + 4, 4);
+  }
+  if (in.size() < 8 || in.size() < 8 + static_cast<size_t>(hl)) {
+    throw TransportError("UCX: malformed address published by rank " + std::to_string(rank));
+  }
+  a.host.assign(reinterpret_cast<const char*>(in.data()) + 8, hl);
+  a.ucx.assign(in.begin() + 8 + hl, in.end());
+  return a;
+}
 
 class UcxTransport final : public Transport {
  public:
@@ -112,7 +171,10 @@ class UcxTransport final : public Transport {
     ucp_address_t* addr = nullptr;
     size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
-    address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len);
+    host_ = host_key();
+    address_ = encode_address(static_cast<uint32_t>(::getpid()), host_,
+                              Bytes(reinterpret_cast<uint8_t*>(addr),
+                                    reinterpret_cast<uint8_t*>(addr) + len));
     ucp_worker_release_address(worker_, addr);
   }
 
@@ -157,12 +219,16 @@ class UcxTransport final : public Transport {
 
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
     my_rank_ = my_rank;
-    addresses_ = addresses;
+    addresses_.clear();
     peers_.clear();
     for (size_t r = 0; r < addresses.size(); ++r) {
+      PeerAddress a = decode_address(addresses[r], static_cast<int>(r));
       auto slot = std::make_unique<PeerSlot>();
       slot->owner = this;
       slot->rank = static_cast<int>(r);
+      slot->same_host = a.host == host_;
+      slot->pid = static_cast<pid_t>(a.pid);
+      addresses_.push_back(std::move(a.ucx));
       peers_.push_back(std::move(slot));
     }
   }
@@ -300,15 +366,26 @@ class UcxTransport final : public Transport {
     }
     const ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) return;  // events are pending: progress again
-    // Wake up at least every 100 ms to recheck peer failures and deadlines.
+    // Also wake when a same-host peer exits; at least every 100 ms to recheck deadlines.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    pollfd pfd{efd_, POLLIN, 0};
-    ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+    std::vector<pollfd> pfds{{efd_, POLLIN, 0}};
+    for (const auto& slot : peers_) {
+      if (slot->pidfd >= 0 && !slot->failure) pfds.push_back({slot->pidfd, POLLIN, 0});
+    }
+    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
   }
 
   std::optional<std::string> peer_failure(int peer) const override {
     if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return std::nullopt;
-    return peers_[peer]->failure;
+    PeerSlot& slot = *peers_[peer];
+    if (!slot.failure && slot.pidfd >= 0) {
+      pollfd pfd{slot.pidfd, POLLIN, 0};
+      if (::poll(&pfd, 1, 0) > 0) {
+        slot.failure = "process " + std::to_string(slot.pid) + " of rank " +
+                       std::to_string(peer) + " on this host has exited";
+      }
+    }
+    return slot.failure;
   }
 
   void flushed(UcxRequest* req, ucs_status_t status) {
@@ -335,7 +412,10 @@ class UcxTransport final : public Transport {
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addresses_[peer].data());
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // UCX 1.13 drops its shared-memory transports from endpoints that ask for peer failure
+    // handling (it would use tcp over loopback: 3-6x slower). Peers on this host are watched
+    // through a pidfd instead, so only remote peers need UCX's error handling.
+    p.err_mode = slot.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
       auto* s = static_cast<PeerSlot*>(arg);
       s->failure = "connection to rank " + std::to_string(s->rank) + " failed (" +
@@ -343,6 +423,13 @@ class UcxTransport final : public Transport {
     };
     p.err_handler.arg = &slot;
     check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
+    if (slot.same_host && slot.pidfd < 0) {
+      slot.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, slot.pid, 0));
+      if (slot.pidfd < 0 && errno == ESRCH) {
+        slot.failure = "process " + std::to_string(slot.pid) + " of rank " +
+                       std::to_string(peer) + " on this host is gone";
+      }
+    }
     return slot.ep;
   }
 
@@ -426,6 +513,7 @@ class UcxTransport final : public Transport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  std::string host_;
   Bytes address_;
   int my_rank_ = -1;
   std::vector<Bytes> addresses_;
