@@ -35,10 +35,20 @@ size_t parse_size(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<size_t>(v);
 }
@@ -58,15 +68,24 @@ DType parse_dtype(const std::string& s) {
 
 const char* short_name(DType d) {
   switch (d) {
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-    case DType::Float16: return "half";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Int8: return "int8";
-    case DType::UInt8: return "uint8";
-    default: return "other";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Float16:
+      return "half";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Int8:
+      return "int8";
+    case DType::UInt8:
+      return "uint8";
+    default:
+      return "other";
   }
 }
 
@@ -81,16 +100,26 @@ Options parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "-b") o.min_bytes = parse_size(next());
-    else if (a == "-e") o.max_bytes = parse_size(next());
-    else if (a == "-f") o.factor = std::atof(next());
-    else if (a == "-n") o.iters = std::atoi(next());
-    else if (a == "-w") o.warmup = std::atoi(next());
-    else if (a == "-c") o.check = std::atoi(next());
-    else if (a == "-d") o.dtype = parse_dtype(next());
-    else if (a == "-T") setenv("RDMACOLL_TIMEOUT_S", next(), 1);
-    else if (a == "-J") o.json = next();
-    else if (a == "--csv") o.csv = next();
+    if (a == "-b")
+      o.min_bytes = parse_size(next());
+    else if (a == "-e")
+      o.max_bytes = parse_size(next());
+    else if (a == "-f")
+      o.factor = std::atof(next());
+    else if (a == "-n")
+      o.iters = std::atoi(next());
+    else if (a == "-w")
+      o.warmup = std::atoi(next());
+    else if (a == "-c")
+      o.check = std::atoi(next());
+    else if (a == "-d")
+      o.dtype = parse_dtype(next());
+    else if (a == "-T")
+      setenv("RDMACOLL_TIMEOUT_S", next(), 1);
+    else if (a == "-J")
+      o.json = next();
+    else if (a == "--csv")
+      o.csv = next();
     else {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
@@ -103,7 +132,9 @@ Options parse(int argc, char** argv) {
 }
 
 // Value of element i of rank r's chunk: distinct per rank and position, exact in every dtype.
-double expected(int r, int64_t i) { return static_cast<double>((r * 7 + i) % 61); }
+double expected(int r, int64_t i) {
+  return static_cast<double>((r * 7 + i) % 61);
+}
 
 struct Result {
   double mean_us, p50_us, p99_us;
@@ -111,14 +142,15 @@ struct Result {
 };
 
 Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world, int rank) {
-  for (int i = 0; i < warmup; ++i) all_gather_into_tensor(out, in);
+  for (int i = 0; i < warmup; ++i)
+    all_gather_into_tensor(out, in);
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     barrier();
     const auto t0 = std::chrono::steady_clock::now();
     all_gather_into_tensor(out, in);
-    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                        .count());
+    times.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   // The slowest rank decides: gather every rank's times.
   Tensor mine = Tensor::view(times.data(), DType::Float64, {static_cast<int64_t>(times.size())});
@@ -126,17 +158,20 @@ Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world
   all_gather_into_tensor(all, mine);
   std::vector<double> slowest(iters, 0.0);
   for (int r = 0; r < world; ++r) {
-    for (int i = 0; i < iters; ++i) slowest[i] = std::max(slowest[i], all.item(r * iters + i));
+    for (int i = 0; i < iters; ++i)
+      slowest[i] = std::max(slowest[i], all.item(r * iters + i));
   }
   Result res{};
-  for (double t : slowest) res.mean_us += t / iters;
+  for (double t : slowest)
+    res.mean_us += t / iters;
   std::sort(slowest.begin(), slowest.end());
   res.p50_us = slowest[slowest.size() / 2];
   res.p99_us = slowest[std::min(slowest.size() - 1, static_cast<size_t>(slowest.size() * 0.99))];
   if (check) {
     const int64_t n = in.numel();
     for (int r = 0; r < world; ++r) {
-      for (int64_t i = 0; i < n; ++i) res.wrong += out.item(r * n + i) != expected(r, i);
+      for (int64_t i = 0; i < n; ++i)
+        res.wrong += out.item(r * n + i) != expected(r, i);
     }
   }
   (void)rank;
@@ -161,8 +196,10 @@ int main(int argc, char** argv) {
   FILE* csv = nullptr;
   if (rank == 0 && !o.csv.empty()) {
     csv = std::fopen(o.csv.c_str(), "w");
-    if (csv) std::fprintf(csv, "size,count,type,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us,"
-                               "inplace_time_us,inplace_algbw,inplace_busbw,inplace_wrong\n");
+    if (csv)
+      std::fprintf(csv,
+                   "size,count,type,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us,"
+                   "inplace_time_us,inplace_algbw,inplace_busbw,inplace_wrong\n");
   }
   std::string json = "[";
   int64_t total_wrong = 0;
@@ -170,23 +207,27 @@ int main(int argc, char** argv) {
        bytes = std::max(bytes + es, static_cast<size_t>(bytes * o.factor))) {
     const int64_t count = static_cast<int64_t>(bytes / es);
     Tensor in = zeros({count}, o.dtype);
-    for (int64_t i = 0; i < count; ++i) in.set(i, expected(rank, i));
+    for (int64_t i = 0; i < count; ++i)
+      in.set(i, expected(rank, i));
     Tensor out = zeros({world * count}, o.dtype);
     const Result op = run(out, in, o.iters, o.warmup, o.check, world, rank);
     // In-place: the input is this rank's own slot of the output.
-    Tensor slot = Tensor::view(static_cast<char*>(out.data()) + rank * count * es, o.dtype, {count});
-    for (int64_t i = 0; i < count; ++i) slot.set(i, expected(rank, i));
+    Tensor slot =
+        Tensor::view(static_cast<char*>(out.data()) + rank * count * es, o.dtype, {count});
+    for (int64_t i = 0; i < count; ++i)
+      slot.set(i, expected(rank, i));
     const Result ip = run(out, slot, o.iters, o.warmup, o.check, world, rank);
     const double size_b = static_cast<double>(count * es);
     auto algbw = [&](double us) { return world * size_b / us / 1e3; };
     const double bus = (world - 1.0) / world;
     total_wrong += op.wrong + ip.wrong;
     if (rank == 0) {
-      std::printf("%12zu %12lld %8s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f %10.2f %9.3f %9.3f %8lld\n",
-                  static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
-                  op.mean_us, algbw(op.mean_us), algbw(op.mean_us) * bus,
-                  static_cast<long long>(op.wrong), op.p50_us, op.p99_us, ip.mean_us,
-                  algbw(ip.mean_us), algbw(ip.mean_us) * bus, static_cast<long long>(ip.wrong));
+      std::printf(
+          "%12zu %12lld %8s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f %10.2f %9.3f %9.3f %8lld\n",
+          static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
+          op.mean_us, algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
+          op.p50_us, op.p99_us, ip.mean_us, algbw(ip.mean_us), algbw(ip.mean_us) * bus,
+          static_cast<long long>(ip.wrong));
       std::fflush(stdout);
       if (csv) {
         std::fprintf(csv, "%zu,%lld,%s,%d,%.3f,%.4f,%.4f,%lld,%.3f,%.3f,%.3f,%.4f,%.4f,%lld\n",

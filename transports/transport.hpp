@@ -42,7 +42,8 @@ class MemoryRegion {
 // A peer's registered range, ready to be written to.
 class RemoteRegion {
  public:
-  RemoteRegion(int peer, uint64_t base, size_t length) : peer_(peer), base_(base), length_(length) {}
+  RemoteRegion(int peer, uint64_t base, size_t length)
+      : peer_(peer), base_(base), length_(length) {}
   virtual ~RemoteRegion() = default;
   int peer() const { return peer_; }
   uint64_t base() const { return base_; }

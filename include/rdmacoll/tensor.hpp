@@ -26,10 +26,9 @@ enum class DType : uint8_t {
   Float64,
 };
 
-inline constexpr DType kAllDTypes[] = {DType::Bool,    DType::UInt8,    DType::Int8,
-                                       DType::Int16,   DType::Int32,    DType::Int64,
-                                       DType::Float16, DType::BFloat16, DType::Float32,
-                                       DType::Float64};
+inline constexpr DType kAllDTypes[] = {
+    DType::Bool,  DType::UInt8,   DType::Int8,     DType::Int16,   DType::Int32,
+    DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
 size_t element_size(DType dtype);
 bool is_floating_point(DType dtype);

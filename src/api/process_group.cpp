@@ -77,7 +77,8 @@ transport::TransportKind transport_from_env() {
 std::string join(const std::vector<int>& v) {
   std::ostringstream os;
   os << '[';
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? ", " : "") << v[i];
   os << ']';
   return os.str();
 }
@@ -85,7 +86,8 @@ std::string join(const std::vector<int>& v) {
 std::string shape_string(const std::vector<int64_t>& sizes) {
   std::ostringstream os;
   os << '(';
-  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
+  for (size_t i = 0; i < sizes.size(); ++i)
+    os << (i ? ", " : "") << sizes[i];
   if (sizes.size() == 1) os << ',';
   os << ')';
   return os.str();
@@ -102,8 +104,8 @@ std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& 
   std::vector<transport::Bytes> addrs(ctx.world_size);
   const auto deadline = transport::Clock::now() + ctx.timeout;
   for (int r = 0; r < ctx.world_size; ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                      transport::Clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - transport::Clock::now());
     try {
       addrs[r] = ctx.store->get("rdmacoll/addr/" + std::to_string(r),
                                 std::max(left, std::chrono::milliseconds(1)));
@@ -117,7 +119,8 @@ std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& 
         }
       } catch (const Error&) {
         missing.clear();
-        for (int m = r; m < ctx.world_size; ++m) missing.push_back(m);
+        for (int m = r; m < ctx.world_size; ++m)
+          missing.push_back(m);
       }
       throw Timeout("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
                     std::to_string(ctx.world_size) + "): ranks " + join(missing) +
@@ -167,12 +170,13 @@ void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int
   // An input inside the output is allowed only as this rank's own slot (in-place).
   const auto* ob = static_cast<const uint8_t*>(output.data());
   const auto* ib = static_cast<const uint8_t*>(input.data());
-  const bool own_slot = ib == ob + static_cast<size_t>(rank) * input.numel() *
-                                         element_size(output.dtype()) &&
-                        input.dtype() == output.dtype();
+  const bool own_slot =
+      ib == ob + static_cast<size_t>(rank) * input.numel() * element_size(output.dtype()) &&
+      input.dtype() == output.dtype();
   if (n > 0 && !own_slot && ib < ob + output.nbytes() && ob < ib + input.nbytes()) {
-    error = "input overlaps the output; in-place use must pass exactly this rank's slot of the "
-            "output, with the output's dtype";
+    error =
+        "input overlaps the output; in-place use must pass exactly this rank's slot of the "
+        "output, with the output's dtype";
   }
 }
 
@@ -181,14 +185,21 @@ void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int
 bool Group::is_member() const {
   return state_ ? state_->is_member() : require_context("Group::is_member").world->is_member();
 }
-int Group::rank() const { return resolve(*this, "Group::rank").rank; }
-int Group::size() const { return resolve(*this, "Group::size").size(); }
-const std::vector<int>& Group::ranks() const { return resolve(*this, "Group::ranks").members; }
+int Group::rank() const {
+  return resolve(*this, "Group::rank").rank;
+}
+int Group::size() const {
+  return resolve(*this, "Group::size").size();
+}
+const std::vector<int>& Group::ranks() const {
+  return resolve(*this, "Group::ranks").members;
+}
 
 void init_process_group(const InitOptions& options) {
   if (context()) {
-    throw InvalidArgument("init_process_group: already initialized; call "
-                          "destroy_process_group() first");
+    throw InvalidArgument(
+        "init_process_group: already initialized; call "
+        "destroy_process_group() first");
   }
   auto ctx = std::make_unique<Context>();
   const bootstrap::Rendezvous rv =
@@ -232,7 +243,9 @@ void init_process_group(const InitOptions& options) {
   context() = std::move(ctx);
 }
 
-bool is_initialized() { return context() != nullptr; }
+bool is_initialized() {
+  return context() != nullptr;
+}
 
 int get_rank(const Group& group) {
   const GroupState& g = resolve(group, "get_rank");
@@ -244,7 +257,9 @@ int get_world_size(const Group& group) {
   return g.size();
 }
 
-std::string transport_name() { return require_context("transport_name").transport->name(); }
+std::string transport_name() {
+  return require_context("transport_name").transport->name();
+}
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {
   Context& ctx = require_context("new_group");

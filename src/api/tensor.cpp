@@ -161,7 +161,8 @@ void store_double(void* p, DType t, size_t i, double v) {
 
 template <typename To, typename From>
 void convert_loop(To* dst, const From* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<To>(src[i]);
+  for (size_t i = 0; i < n; ++i)
+    dst[i] = static_cast<To>(src[i]);
 }
 
 }  // namespace
@@ -200,8 +201,7 @@ Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> sizes) {
   t.dtype_ = dtype;
   t.sizes_ = std::move(sizes);
   if (t.data_ == nullptr && t.numel() != 0) {
-    throw InvalidArgument("Tensor::view: null data for " + std::to_string(t.numel()) +
-                          " elements");
+    throw InvalidArgument("Tensor::view: null data for " + std::to_string(t.numel()) + " elements");
   }
   return t;
 }
@@ -224,13 +224,15 @@ Tensor Tensor::zeros(std::vector<int64_t> sizes, DType dtype) {
 Tensor Tensor::from_values(std::initializer_list<double> values, DType dtype) {
   Tensor t = zeros({static_cast<int64_t>(values.size())}, dtype);
   int64_t i = 0;
-  for (double v : values) t.set(i++, v);
+  for (double v : values)
+    t.set(i++, v);
   return t;
 }
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
-  for (int64_t s : sizes_) n *= s;
+  for (int64_t s : sizes_)
+    n *= s;
   return n;
 }
 
@@ -296,11 +298,14 @@ constexpr int64_t kEdgeItems = 3;
 void visible_indices(int64_t n, bool summarize, std::vector<int64_t>& out) {
   out.clear();
   if (summarize && n > 2 * kEdgeItems) {
-    for (int64_t i = 0; i < kEdgeItems; ++i) out.push_back(i);
+    for (int64_t i = 0; i < kEdgeItems; ++i)
+      out.push_back(i);
     out.push_back(-1);  // "..."
-    for (int64_t i = n - kEdgeItems; i < n; ++i) out.push_back(i);
+    for (int64_t i = n - kEdgeItems; i < n; ++i)
+      out.push_back(i);
   } else {
-    for (int64_t i = 0; i < n; ++i) out.push_back(i);
+    for (int64_t i = 0; i < n; ++i)
+      out.push_back(i);
   }
 }
 
@@ -364,8 +369,8 @@ std::string Tensor::to_string() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
-  const bool default_dtype = t.dtype() == DType::Float32 || t.dtype() == DType::Int64 ||
-                             t.dtype() == DType::Bool;
+  const bool default_dtype =
+      t.dtype() == DType::Float32 || t.dtype() == DType::Int64 || t.dtype() == DType::Bool;
   std::string suffix = default_dtype ? "" : ", dtype=" + dtype_name(t.dtype());
   if (t.numel() == 0) {
     if (t.dtype() != DType::Float32) suffix = ", dtype=" + dtype_name(t.dtype());
@@ -389,7 +394,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
       f.sci = max_abs / min_abs > 1000.0 || max_abs > 1e8 || min_abs < 1e-4;
     }
   }
-  for (double v : values) f.width = std::max(f.width, f.format(v).size());
+  for (double v : values)
+    f.width = std::max(f.width, f.format(v).size());
   os << "tensor(";
   print_rec(os, t, f, summarize, std::string("tensor(").size());
   return os << suffix << ')';

@@ -79,8 +79,9 @@ Rendezvous resolve_init_method(const std::string& init_method, int rank, int wor
         "srun), or pass world_size");
   }
   if (r.rank < 0) {
-    throw InvalidArgument("rank unknown: set RANK (or launch with rdmacoll-run, torchrun, mpirun "
-                          "or srun), or pass rank");
+    throw InvalidArgument(
+        "rank unknown: set RANK (or launch with rdmacoll-run, torchrun, mpirun "
+        "or srun), or pass rank");
   }
   if (r.rank >= r.world_size) {
     throw InvalidArgument("rank " + std::to_string(r.rank) + " is out of range for world size " +

@@ -34,7 +34,11 @@ static_assert(sizeof(FrameHeader) == 16);
 enum Status : uint8_t { kOk = 0, kMissing = 1 };
 
 Bytes make_frame(uint8_t op, uint8_t status, const std::string& key, const Bytes& value) {
-  FrameHeader h{kStoreMagic, op, status, 0, static_cast<uint32_t>(key.size()),
+  FrameHeader h{kStoreMagic,
+                op,
+                status,
+                0,
+                static_cast<uint32_t>(key.size()),
                 static_cast<uint32_t>(value.size())};
   Bytes out(sizeof h + key.size() + value.size());
   std::memcpy(out.data(), &h, sizeof h);
@@ -144,7 +148,8 @@ class StoreState {
         auto it = data_.find(key);
         if (it != data_.end()) return reply(fd, op, kOk, it->second);
         int64_t timeout_ms = 0;
-        if (value.size() == sizeof timeout_ms) std::memcpy(&timeout_ms, value.data(), sizeof timeout_ms);
+        if (value.size() == sizeof timeout_ms)
+          std::memcpy(&timeout_ms, value.data(), sizeof timeout_ms);
         pending_.push_back({fd, key, Clock::now() + std::chrono::milliseconds(timeout_ms)});
         return true;
       }
@@ -236,7 +241,8 @@ void StoreServer::serve() {
     pfds.clear();
     pfds.push_back({wake_pipe_[0], POLLIN, 0});
     pfds.push_back({listen_fd_, POLLIN, 0});
-    for (auto& c : conns) pfds.push_back({c.fd, POLLIN, 0});
+    for (auto& c : conns)
+      pfds.push_back({c.fd, POLLIN, 0});
     if (::poll(pfds.data(), pfds.size(), state.expire()) < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "rdmacoll store: poll failed: %s\n", errno_string(errno).c_str());
@@ -278,7 +284,8 @@ void StoreServer::serve() {
       }
     }
   }
-  for (auto& c : conns) ::close(c.fd);
+  for (auto& c : conns)
+    ::close(c.fd);
 }
 
 StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline)
@@ -337,8 +344,8 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
   }
   if (op == StoreOp::Check) out.assign(1, h.status == kOk ? 1 : 0);
   if (op == StoreOp::Get && h.status == kMissing) {
-    throw Timeout("timed out after " + std::to_string(timeout.count()) +
-                  " ms waiting for key '" + key + "' in the " + what);
+    throw Timeout("timed out after " + std::to_string(timeout.count()) + " ms waiting for key '" +
+                  key + "' in the " + what);
   }
   return out;
 }
@@ -375,7 +382,9 @@ bool StoreClient::check(const std::string& key) {
   return request(StoreOp::Check, key, {}, kShortOp).at(0) != 0;
 }
 
-void StoreClient::erase(const std::string& key) { request(StoreOp::Delete, key, {}, kShortOp); }
+void StoreClient::erase(const std::string& key) {
+  request(StoreOp::Delete, key, {}, kShortOp);
+}
 
 void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;

@@ -21,7 +21,9 @@ Level configured() {
 }
 }  // namespace
 
-bool enabled(Level level) { return level <= configured(); }
+bool enabled(Level level) {
+  return level <= configured();
+}
 
 void write(Level level, const std::string& message) {
   static const char* names[] = {"WARN", "INFO", "TRACE"};

@@ -16,6 +16,8 @@ inline void info(const std::string& m) {
 inline void trace(const std::string& m) {
   if (enabled(Level::Trace)) write(Level::Trace, m);
 }
-inline void warn(const std::string& m) { write(Level::Warn, m); }
+inline void warn(const std::string& m) {
+  write(Level::Warn, m);
+}
 
 }  // namespace rdmacoll::log

@@ -14,7 +14,8 @@ namespace rdmacoll {
 std::string GroupState::describe() const {
   std::ostringstream os;
   os << "group " << id << " (ranks [";
-  for (size_t i = 0; i < members.size(); ++i) os << (i ? ", " : "") << members[i];
+  for (size_t i = 0; i < members.size(); ++i)
+    os << (i ? ", " : "") << members[i];
   os << "])";
   return os.str();
 }
@@ -71,8 +72,8 @@ class Call {
   uint64_t seq() const { return seq_; }
 
   std::string where() const {
-    return std::string(op_) + " (" + g_.describe() + ", call #" + std::to_string(seq_) +
-           ", rank " + std::to_string(g_.rank) + " of " + std::to_string(g_.size()) + ")";
+    return std::string(op_) + " (" + g_.describe() + ", call #" + std::to_string(seq_) + ", rank " +
+           std::to_string(g_.rank) + " of " + std::to_string(g_.size()) + ")";
   }
 
   // Runs a transport call; a failure it throws gets this call's context and breaks the group.
@@ -102,8 +103,8 @@ class Call {
         const Pending& p = list[i];
         if (p.req->done()) continue;
         if (p.req->failed()) {
-          fail<PeerFailure>(where() + ": " + p.what + " with rank " + std::to_string(global(p.peer)) +
-                            " failed: " + p.req->error());
+          fail<PeerFailure>(where() + ": " + p.what + " with rank " +
+                            std::to_string(global(p.peer)) + " failed: " + p.req->error());
         }
         all_done = false;
       }
@@ -289,14 +290,15 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   std::vector<size_t> recv_end;
   for (const auto& step : sched.steps) {
     for (const auto& r : step.recvs) {
-      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
-      call.recvs().push_back({call.guarded([&] {
-                                return transport_.expect(call.global(r.peer), *region,
-                                                         r.first * chunk, r.count * chunk, tag);
-                              }),
-                              r.peer,
-                              "chunks " + std::to_string(r.first) + ".." +
-                                  std::to_string(r.first + r.count - 1)});
+      const uint64_t tag =
+          make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
+      call.recvs().push_back(
+          {call.guarded([&] {
+             return transport_.expect(call.global(r.peer), *region, r.first * chunk,
+                                      r.count * chunk, tag);
+           }),
+           r.peer,
+           "chunks " + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1)});
     }
     recv_end.push_back(call.recvs().size());
   }
@@ -315,19 +317,20 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
       const size_t offset = w.first * chunk;
       const size_t length = w.count * chunk;
       if (offset + length > dst.out_bytes) {  // never write outside what the peer advertised
-        throw TransportError(call.where() + ": refusing to write bytes [" +
-                             std::to_string(offset) + ", " + std::to_string(offset + length) +
-                             ") into rank " + std::to_string(call.global(w.peer)) +
-                             "'s output of " + std::to_string(dst.out_bytes) + " bytes");
+        throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
+                             ", " + std::to_string(offset + length) + ") into rank " +
+                             std::to_string(call.global(w.peer)) + "'s output of " +
+                             std::to_string(dst.out_bytes) + " bytes");
       }
-      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(w.first));
-      call.sends().push_back(
-          {call.guarded([&] {
-             return transport_.write(*region, offset, *remotes[w.peer], offset, length, tag);
-           }),
-           w.peer,
-           "write of chunks " + std::to_string(w.first) + ".." +
-               std::to_string(w.first + w.count - 1)});
+      const uint64_t tag =
+          make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(w.first));
+      call.sends().push_back({call.guarded([&] {
+                                return transport_.write(*region, offset, *remotes[w.peer], offset,
+                                                        length, tag);
+                              }),
+                              w.peer,
+                              "write of chunks " + std::to_string(w.first) + ".." +
+                                  std::to_string(w.first + w.count - 1)});
     }
   }
   call.wait(call.recvs(), 0, call.recvs().size());

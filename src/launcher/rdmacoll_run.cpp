@@ -25,10 +25,11 @@ namespace {
 volatile sig_atomic_t g_signal = 0;
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: rdmacoll-run -n N [--port P] [--] PROGRAM [ARGS...]\n"
-               "  Starts N local ranks of PROGRAM with MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,\n"
-               "  WORLD_SIZE set; prefixes output with the rank; if one rank fails, ends the rest.\n");
+  std::fprintf(
+      stderr,
+      "usage: rdmacoll-run -n N [--port P] [--] PROGRAM [ARGS...]\n"
+      "  Starts N local ranks of PROGRAM with MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,\n"
+      "  WORLD_SIZE set; prefixes output with the rank; if one rank fails, ends the rest.\n");
 }
 
 int free_port() {
@@ -66,7 +67,8 @@ void emit(Stream& s, const char* data, size_t n, bool flush_partial) {
   for (;;) {
     const size_t nl = s.partial.find('\n', start);
     if (nl == std::string::npos) break;
-    std::fprintf(s.out, "[%d] %.*s\n", s.rank, static_cast<int>(nl - start), s.partial.data() + start);
+    std::fprintf(s.out, "[%d] %.*s\n", s.rank, static_cast<int>(nl - start),
+                 s.partial.data() + start);
     start = nl + 1;
   }
   s.partial.erase(0, start);

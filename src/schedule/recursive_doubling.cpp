@@ -17,7 +17,8 @@ Schedule recursive_doubling(const std::vector<int>& order, int rank) {
     auto block_chunks = [&](int member) {
       std::vector<int> chunks;
       const int start = member & ~(d - 1);
-      for (int u = start; u < start + d; ++u) chunks.push_back(order[u]);
+      for (int u = start; u < start + d; ++u)
+        chunks.push_back(order[u]);
       return chunks;
     };
     Step step;

@@ -18,7 +18,9 @@ std::string algorithm_name(Algorithm a) {
   return "?";
 }
 
-bool is_power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
+bool is_power_of_two(int p) {
+  return p > 0 && (p & (p - 1)) == 0;
+}
 
 std::vector<Transfer> coalesce(int peer, std::vector<int> chunks) {
   std::sort(chunks.begin(), chunks.end());

@@ -33,7 +33,8 @@ void gather_and_check(const Group& group, int64_t n, DType in_dt, DType out_dt, 
   const int p = group.is_default() ? get_world_size() : group.size();
   const int me = group.is_default() ? get_rank() : group.rank();
   Tensor in = zeros({n}, in_dt);
-  for (int64_t i = 0; i < n; ++i) in.set(i, input_value(me, i, iter, in_dt));
+  for (int64_t i = 0; i < n; ++i)
+    in.set(i, input_value(me, i, iter, in_dt));
   Tensor out = stacked ? zeros({p, n}, out_dt) : zeros({p * n}, out_dt);
   for (int r = 0; r < p; ++r) {
     for (int64_t i = 0; i < n; ++i) {
@@ -82,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(AllGather, GroupSize, ::testing::Values(1, 2, 3, 4, 5, 
 
 TEST(AllGather, EveryDtypeAndConversions) {
   expect_all_ok(run_ranks(3, [](int, int) {
-    for (DType dt : kAllDTypes) gather_and_check({}, 37, dt, dt, false);
+    for (DType dt : kAllDTypes)
+      gather_and_check({}, 37, dt, dt, false);
     gather_and_check({}, 37, DType::Int64, DType::Float32, false);
     gather_and_check({}, 37, DType::Int64, DType::Float32, true);
     gather_and_check({}, 37, DType::Float32, DType::BFloat16, false);
@@ -98,11 +100,13 @@ TEST(AllGather, InPlaceInputIsTheOwnSlot) {
     const int64_t n = 100;
     Tensor out = zeros({world * n}, DType::Int32);
     Tensor slot = Tensor::view(static_cast<int32_t*>(out.data()) + rank * n, DType::Int32, {n});
-    for (int64_t i = 0; i < n; ++i) slot.set(i, input_value(rank, i, 0, DType::Int32));
+    for (int64_t i = 0; i < n; ++i)
+      slot.set(i, input_value(rank, i, 0, DType::Int32));
     all_gather_into_tensor(out, slot);
     for (int r = 0; r < world; ++r) {
       for (int64_t i = 0; i < n; ++i) {
-        RANK_CHECK(out.item(r * n + i) == input_value(r, i, 0, DType::Int32), "r " << r << " i " << i);
+        RANK_CHECK(out.item(r * n + i) == input_value(r, i, 0, DType::Int32),
+                   "r " << r << " i " << i);
       }
     }
   }));
@@ -128,12 +132,15 @@ TEST(AllGather, SubgroupsOneAfterAnother) {
 TEST(AllGather, ListOutputAndBarrier) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
     Tensor in = zeros({4}, DType::Int64);
-    for (int i = 0; i < 4; ++i) in.set(i, rank * 10 + i);
+    for (int i = 0; i < 4; ++i)
+      in.set(i, rank * 10 + i);
     std::vector<Tensor> outs;
-    for (int r = 0; r < world; ++r) outs.push_back(zeros({4}, DType::Float64));
+    for (int r = 0; r < world; ++r)
+      outs.push_back(zeros({4}, DType::Float64));
     all_gather(outs, in);
     for (int r = 0; r < world; ++r) {
-      for (int i = 0; i < 4; ++i) RANK_CHECK(outs[r].item(i) == r * 10 + i, "list " << r);
+      for (int i = 0; i < 4; ++i)
+        RANK_CHECK(outs[r].item(i) == r * 10 + i, "list " << r);
     }
     barrier();
   }));
@@ -145,7 +152,8 @@ TEST(AllGather, ThousandCallsReusedBuffers) {
     Tensor in = zeros({n}, DType::Float32);
     Tensor out = zeros({world * n}, DType::Float32);
     for (int iter = 0; iter < 1000; ++iter) {
-      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      for (int64_t i = 0; i < n; ++i)
+        in.set(i, input_value(rank, i, iter, DType::Float32));
       all_gather_into_tensor(out, in);
       for (int r = 0; r < world; ++r) {
         for (int64_t i = 0; i < n; ++i) {
@@ -186,12 +194,14 @@ TEST(AllGatherErrors, MismatchedSizesRaiseOnEveryRankAndGroupStaysUsable) {
     const int64_t n = rank == 2 ? 5 : 4;
     Tensor in = zeros({n});
     Tensor out = zeros({world * n});
-    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -7);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      out.set(i, -7);
     expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
     // Nothing was written by peers: every slot but our own still holds the sentinel.
     for (int r = 0; r < world; ++r) {
       if (r == rank) continue;
-      for (int64_t i = 0; i < n; ++i) RANK_CHECK(out.item(r * n + i) == -7, "slot " << r);
+      for (int64_t i = 0; i < n; ++i)
+        RANK_CHECK(out.item(r * n + i) == -7, "slot " << r);
     }
     gather_and_check({}, 6, DType::Float32, DType::Float32, false);
   }));
@@ -211,11 +221,13 @@ TEST(AllGatherErrors, WrongLocalOutputShapeRaisesBeforeAnyDataMoves) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
     Tensor in = zeros({4});
     Tensor out = zeros({rank == 1 ? world * 4 + 1 : world * 4});
-    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -1);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      out.set(i, -1);
     if (rank == 1) {
       expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
                                          "output has 13 elements (13,), expected group size 3");
-      for (int64_t i = 0; i < out.numel(); ++i) RANK_CHECK(out.item(i) == -1, "element " << i);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        RANK_CHECK(out.item(i) == -1, "element " << i);
     } else {
       expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
                                          "rank 1 rejected its arguments");
@@ -249,21 +261,25 @@ TEST(AllGatherErrors, RankThatNeverArrivesGivesTimeout) {
   opt.skip_ranks = {2};
   opt.env = {{"RDMACOLL_TIMEOUT_S", "2"}};
   const auto t0 = std::chrono::steady_clock::now();
-  auto results = run_ranks(3, [](int rank, int) {
-    if (rank == 0) {
-      expect_throw_with<Timeout>([] { init_process_group(); }, "ranks [2] did not join");
-      return;
-    }
-    // Rank 1 times out too, unless rank 0 (the store's host) gave up first and left.
-    try {
-      init_process_group();
-      RANK_CHECK(false, "init_process_group returned without rank 2");
-    } catch (const Timeout& e) {
-      RANK_CHECK(std::string(e.what()).find("ranks [2] did not join") != std::string::npos, e.what());
-    } catch (const PeerFailure& e) {
-      RANK_CHECK(std::string(e.what()).find("rendezvous host") != std::string::npos, e.what());
-    }
-  }, opt);
+  auto results = run_ranks(
+      3,
+      [](int rank, int) {
+        if (rank == 0) {
+          expect_throw_with<Timeout>([] { init_process_group(); }, "ranks [2] did not join");
+          return;
+        }
+        // Rank 1 times out too, unless rank 0 (the store's host) gave up first and left.
+        try {
+          init_process_group();
+          RANK_CHECK(false, "init_process_group returned without rank 2");
+        } catch (const Timeout& e) {
+          RANK_CHECK(std::string(e.what()).find("ranks [2] did not join") != std::string::npos,
+                     e.what());
+        } catch (const PeerFailure& e) {
+          RANK_CHECK(std::string(e.what()).find("rendezvous host") != std::string::npos, e.what());
+        }
+      },
+      opt);
   EXPECT_EQ(results[0].exit_code, 0);
   EXPECT_EQ(results[1].exit_code, 0);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
@@ -274,23 +290,26 @@ TEST(AllGatherErrors, KilledRankGivesPeerFailureOrTimeoutNeverAHang) {
   opt.env = {{"RDMACOLL_TIMEOUT_S", "5"}};
   opt.deadline = std::chrono::seconds(60);
   const auto t0 = std::chrono::steady_clock::now();
-  auto results = run_ranks(3, [](int rank, int world) {
-    Tensor in = zeros({1024});
-    Tensor out = zeros({world * 1024});
-    for (int iter = 0; iter < 100000; ++iter) {
-      if (rank == 2 && iter == 50) ::raise(SIGKILL);
-      try {
-        all_gather_into_tensor(out, in);
-      } catch (const PeerFailure& e) {
-        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-        std::_Exit(0);
-      } catch (const Timeout& e) {
-        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-        std::_Exit(0);
-      }
-    }
-    RANK_CHECK(false, "rank " << rank << " never noticed the dead peer");
-  }, opt);
+  auto results = run_ranks(
+      3,
+      [](int rank, int world) {
+        Tensor in = zeros({1024});
+        Tensor out = zeros({world * 1024});
+        for (int iter = 0; iter < 100000; ++iter) {
+          if (rank == 2 && iter == 50) ::raise(SIGKILL);
+          try {
+            all_gather_into_tensor(out, in);
+          } catch (const PeerFailure& e) {
+            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+            std::_Exit(0);
+          } catch (const Timeout& e) {
+            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+            std::_Exit(0);
+          }
+        }
+        RANK_CHECK(false, "rank " << rank << " never noticed the dead peer");
+      },
+      opt);
   EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[2].exit_code, 128 + SIGKILL);

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <map>
-#include <cctype>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,7 +24,8 @@ CommandResult run(const std::string& cmd) {
   FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
   if (!f) return r;
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, f)) r.output += buf;
+  while (std::fgets(buf, sizeof buf, f))
+    r.output += buf;
   const int status = ::pclose(f);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
@@ -48,7 +49,8 @@ std::map<int, std::vector<double>> values_by_rank(const std::string& out) {
     for (size_t i = 0; i < body.size();) {
       const char c = body[i];
       if (std::isdigit(static_cast<unsigned char>(c)) ||
-          (c == '-' && i + 1 < body.size() && std::isdigit(static_cast<unsigned char>(body[i + 1])))) {
+          (c == '-' && i + 1 < body.size() &&
+           std::isdigit(static_cast<unsigned char>(body[i + 1])))) {
         char* endp = nullptr;
         v[rank].push_back(std::strtod(body.c_str() + i, &endp));
         i = static_cast<size_t>(endp - body.c_str());
@@ -67,7 +69,8 @@ TEST(Examples, FlatInt64IntoFloat32) {
   CommandResult r = run(kRun + " -n 2 " + kBin + "/example_all_gather_flat");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto v = values_by_rank(r.output);
-  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 2, 3})) << r.output;
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 2, 3})) << r.output;
   EXPECT_NE(r.output.find("[0] tensor([1., 2., 2., 3.])"), std::string::npos) << r.output;
 }
 
@@ -75,19 +78,23 @@ TEST(Examples, StackedOutput) {
   CommandResult r = run(kRun + " -n 2 " + kBin + "/example_all_gather_stacked");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto v = values_by_rank(r.output);
-  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 3, 11, 12, 13})) << r.output;
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 3, 11, 12, 13})) << r.output;
 }
 
 TEST(Examples, SubgroupOfTwoOutOfFour) {
   CommandResult r = run(kRun + " -n 4 " + kBin + "/example_all_gather_subgroup");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto v = values_by_rank(r.output);
-  for (int rank : {0, 1}) EXPECT_EQ(v[rank], (std::vector<double>{0, 1, 100, 101})) << r.output;
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{0, 1, 100, 101})) << r.output;
   EXPECT_TRUE(v[2].empty() && v[3].empty()) << r.output;
 }
 
 TEST(Launcher, SetsTheRendezvousEnvironment) {
-  CommandResult r = run(kRun + " -n 3 sh -c 'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR/${MASTER_PORT:+port}\"'");
+  CommandResult r =
+      run(kRun +
+          " -n 3 sh -c 'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR/${MASTER_PORT:+port}\"'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
     const std::string want = "[" + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
@@ -99,7 +106,8 @@ TEST(Launcher, SetsTheRendezvousEnvironment) {
 TEST(Launcher, OneFailingRankEndsTheOthers) {
   const auto t0 = std::chrono::steady_clock::now();
   // Ranks 0 and 2 stand in for hung ranks; the launcher must end them once rank 1 fails.
-  CommandResult r = run(kRun + " -n 3 sh -c 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 600'");
+  CommandResult r =
+      run(kRun + " -n 3 sh -c 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 600'");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("rank 1 exited with status 3"), std::string::npos) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));

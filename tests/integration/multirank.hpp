@@ -29,13 +29,13 @@ struct CheckFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define RANK_CHECK(cond, msg)                                                          \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::ostringstream os_;                                                          \
-      os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond ": " << msg;      \
-      throw ::rdmacoll::testing::CheckFailure(os_.str());                              \
-    }                                                                                  \
+#define RANK_CHECK(cond, msg)                                                     \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      std::ostringstream os_;                                                     \
+      os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond ": " << msg; \
+      throw ::rdmacoll::testing::CheckFailure(os_.str());                         \
+    }                                                                             \
   } while (0)
 
 inline int free_port() {
@@ -78,7 +78,8 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      for (const auto& [k, v] : opt.env) ::setenv(k.c_str(), v.c_str(), 1);
+      for (const auto& [k, v] : opt.env)
+        ::setenv(k.c_str(), v.c_str(), 1);
       int code = 0;
       try {
         if (opt.init) init_process_group();
@@ -101,7 +102,8 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
   }
   const auto deadline = std::chrono::steady_clock::now() + opt.deadline;
   int running = 0;
-  for (pid_t p : pids) running += p > 0;
+  for (pid_t p : pids)
+    running += p > 0;
   while (running > 0) {
     std::vector<pollfd> pfds;
     std::vector<int> which;
@@ -138,7 +140,8 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
 
 inline std::string describe(const std::vector<RankResult>& results) {
   std::ostringstream os;
-  for (size_t r = 0; r < results.size(); ++r) os << "rank " << r << ": " << results[r].exit_code << "; ";
+  for (size_t r = 0; r < results.size(); ++r)
+    os << "rank " << r << ": " << results[r].exit_code << "; ";
   return os.str();
 }
 

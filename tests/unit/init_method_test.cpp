@@ -11,12 +11,13 @@ namespace {
 class InitMethodTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : kVars) unsetenv(v);
+    for (const char* v : kVars)
+      unsetenv(v);
   }
   void TearDown() override { SetUp(); }
-  static constexpr const char* kVars[] = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                          "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+  static constexpr const char* kVars[] = {
+      "MASTER_ADDR",          "MASTER_PORT", "RANK",     "WORLD_SIZE",   "OMPI_COMM_WORLD_RANK",
+      "OMPI_COMM_WORLD_SIZE", "PMI_RANK",    "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
 };
 
 TEST_F(InitMethodTest, EnvTorchrunStyle) {

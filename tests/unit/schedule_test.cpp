@@ -18,12 +18,15 @@ namespace {
 void simulate(Algorithm a, const std::vector<int>& order) {
   const int p = static_cast<int>(order.size());
   std::vector<Schedule> all;
-  for (int r = 0; r < p; ++r) all.push_back(make_schedule(a, order, r));
+  for (int r = 0; r < p; ++r)
+    all.push_back(make_schedule(a, order, r));
   size_t steps = all[0].steps.size();
-  for (const auto& s : all) ASSERT_EQ(s.steps.size(), steps) << "ranks disagree on step count";
+  for (const auto& s : all)
+    ASSERT_EQ(s.steps.size(), steps) << "ranks disagree on step count";
   // holds[r][c]: how many times chunk c has landed in rank r's output (own chunk counts once).
   std::vector<std::vector<int>> holds(p, std::vector<int>(p, 0));
-  for (int r = 0; r < p; ++r) holds[r][r] = 1;
+  for (int r = 0; r < p; ++r)
+    holds[r][r] = 1;
   for (size_t k = 0; k < steps; ++k) {
     auto before = holds;  // a step may forward only what arrived in earlier steps
     for (int r = 0; r < p; ++r) {
@@ -33,13 +36,12 @@ void simulate(Algorithm a, const std::vector<int>& order) {
         ASSERT_LE(t.first + t.count, p) << "write leaves the output";
         ASSERT_NE(t.peer, r);
         for (int c = t.first; c < t.first + t.count; ++c) {
-          ASSERT_EQ(before[r][c], 1) << "rank " << r << " sends chunk " << c
-                                     << " it does not hold at step " << k;
+          ASSERT_EQ(before[r][c], 1)
+              << "rank " << r << " sends chunk " << c << " it does not hold at step " << k;
           holds[t.peer][c] += 1;
         }
         const auto& recvs = all[t.peer].steps[k].recvs;
-        ASSERT_NE(std::find(recvs.begin(), recvs.end(), Transfer{r, t.first, t.count}),
-                  recvs.end())
+        ASSERT_NE(std::find(recvs.begin(), recvs.end(), Transfer{r, t.first, t.count}), recvs.end())
             << "no matching receive at rank " << t.peer;
       }
     }
@@ -111,8 +113,7 @@ TEST(Schedule, BruckWrapsAroundWithAbsoluteOffsets) {
 }
 
 TEST(Schedule, CoalesceMergesRuns) {
-  EXPECT_EQ(coalesce(1, {5, 2, 3, 7, 6}),
-            (std::vector<Transfer>{{1, 2, 2}, {1, 5, 3}}));
+  EXPECT_EQ(coalesce(1, {5, 2, 3, 7, 6}), (std::vector<Transfer>{{1, 2, 2}, {1, 5, 3}}));
 }
 
 }  // namespace

@@ -16,7 +16,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Clock::time_point soon() { return Clock::now() + 5s; }
+Clock::time_point soon() {
+  return Clock::now() + 5s;
+}
 
 TEST(Store, SetGetAddCheck) {
   StoreServer server("127.0.0.1", 0);

@@ -54,12 +54,13 @@ TEST(Tensor, ConvertsBetweenEveryDtypePair) {
   for (DType from : kAllDTypes) {
     for (DType to : kAllDTypes) {
       Tensor src = zeros({6}, from);
-      for (int i = 0; i < 6; ++i) src.set(i, values[i]);
+      for (int i = 0; i < 6; ++i)
+        src.set(i, values[i]);
       Tensor dst = zeros({6}, to);
       convert_elements(dst.data(), to, src.data(), from, 6);
       for (int i = 0; i < 6; ++i) {
-        const double expect = (to == DType::Bool || from == DType::Bool) ? (values[i] != 0)
-                                                                          : values[i];
+        const double expect =
+            (to == DType::Bool || from == DType::Bool) ? (values[i] != 0) : values[i];
         EXPECT_EQ(dst.item(i), expect) << dtype_name(from) << " -> " << dtype_name(to) << " #" << i;
       }
     }

@@ -20,7 +20,9 @@ namespace rdmacoll::transport {
 
 namespace {
 
-std::string status_str(ucs_status_t s) { return ucs_status_string(s); }
+std::string status_str(ucs_status_t s) {
+  return ucs_status_string(s);
+}
 
 void check(ucs_status_t s, const std::string& what) {
   if (s != UCS_OK) throw TransportError("UCX: " + what + " failed: " + status_str(s));
@@ -50,7 +52,8 @@ class UcxRequest final : public Request {
 
 class UcxMemoryRegion final : public MemoryRegion {
  public:
-  UcxMemoryRegion(ucp_context_h ctx, void* base, size_t length) : MemoryRegion(base, length), ctx_(ctx) {}
+  UcxMemoryRegion(ucp_context_h ctx, void* base, size_t length)
+      : MemoryRegion(base, length), ctx_(ctx) {}
   ~UcxMemoryRegion() override {
     if (packed_) ucp_rkey_buffer_release(packed_);
     if (memh_) ucp_mem_unmap(ctx_, memh_);
@@ -172,9 +175,9 @@ class UcxTransport final : public Transport {
     size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
     host_ = host_key();
-    address_ = encode_address(static_cast<uint32_t>(::getpid()), host_,
-                              Bytes(reinterpret_cast<uint8_t*>(addr),
-                                    reinterpret_cast<uint8_t*>(addr) + len));
+    address_ = encode_address(
+        static_cast<uint32_t>(::getpid()), host_,
+        Bytes(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len));
     ucp_worker_release_address(worker_, addr);
   }
 
@@ -183,7 +186,8 @@ class UcxTransport final : public Transport {
     for (auto& [raw, req] : inflight_) {
       if (req->ucx) ucp_request_cancel(worker_, req->ucx);
     }
-    for (int i = 0; i < 1000 && !inflight_.empty(); ++i) ucp_worker_progress(worker_);
+    for (int i = 0; i < 1000 && !inflight_.empty(); ++i)
+      ucp_worker_progress(worker_);
     std::vector<void*> closing;
     for (auto& slot : peers_) {
       if (!slot->ep) continue;
@@ -280,8 +284,7 @@ class UcxTransport final : public Transport {
       p.cb.send = [](void* r, ucs_status_t, void*) { ucp_request_free(r); };
       void* r = ucp_put_nbx(ep(peer), from, length, remote.base() + dst_offset, remote.rkey, &p);
       if (UCS_PTR_IS_ERR(r)) {
-        req->fail("UCX put to rank " + std::to_string(peer) + ": " +
-                  status_str(UCS_PTR_STATUS(r)));
+        req->fail("UCX put to rank " + std::to_string(peer) + ": " + status_str(UCS_PTR_STATUS(r)));
         return req;
       }
     }
@@ -297,8 +300,7 @@ class UcxTransport final : public Transport {
     p.user_data = req.get();
     void* r = ucp_ep_flush_nbx(ep(peer), &p);
     if (UCS_PTR_IS_ERR(r)) {
-      req->fail("UCX flush to rank " + std::to_string(peer) + ": " +
-                status_str(UCS_PTR_STATUS(r)));
+      req->fail("UCX flush to rank " + std::to_string(peer) + ": " + status_str(UCS_PTR_STATUS(r)));
     } else if (r == nullptr) {
       send_notification(req);
     } else {
@@ -329,7 +331,8 @@ class UcxTransport final : public Transport {
       ucp_request_cancel(worker_, req->ucx);
       // Cancellation completes through the callback; drive it so the buffer is released now.
       const auto deadline = Clock::now() + std::chrono::seconds(1);
-      while (req->ucx && Clock::now() < deadline) ucp_worker_progress(worker_);
+      while (req->ucx && Clock::now() < deadline)
+        ucp_worker_progress(worker_);
     }
     if (req->state() == Request::State::Pending) req->fail("cancelled");
   }
@@ -381,8 +384,8 @@ class UcxTransport final : public Transport {
     if (!slot.failure && slot.pidfd >= 0) {
       pollfd pfd{slot.pidfd, POLLIN, 0};
       if (::poll(&pfd, 1, 0) > 0) {
-        slot.failure = "process " + std::to_string(slot.pid) + " of rank " +
-                       std::to_string(peer) + " on this host has exited";
+        slot.failure = "process " + std::to_string(slot.pid) + " of rank " + std::to_string(peer) +
+                       " on this host has exited";
       }
     }
     return slot.failure;
@@ -418,16 +421,16 @@ class UcxTransport final : public Transport {
     p.err_mode = slot.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
       auto* s = static_cast<PeerSlot*>(arg);
-      s->failure = "connection to rank " + std::to_string(s->rank) + " failed (" +
-                   status_str(status) + ")";
+      s->failure =
+          "connection to rank " + std::to_string(s->rank) + " failed (" + status_str(status) + ")";
     };
     p.err_handler.arg = &slot;
     check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
     if (slot.same_host && slot.pidfd < 0) {
       slot.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, slot.pid, 0));
       if (slot.pidfd < 0 && errno == ESRCH) {
-        slot.failure = "process " + std::to_string(slot.pid) + " of rank " +
-                       std::to_string(peer) + " on this host is gone";
+        slot.failure = "process " + std::to_string(slot.pid) + " of rank " + std::to_string(peer) +
+                       " on this host is gone";
       }
     }
     return slot.ep;
@@ -524,6 +527,8 @@ class UcxTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> create_ucx_transport() { return std::make_unique<UcxTransport>(); }
+std::unique_ptr<Transport> create_ucx_transport() {
+  return std::make_unique<UcxTransport>();
+}
 
 }  // namespace rdmacoll::transport
