@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Figures for the core issue's notes: all_gather_into_tensor on 2 local ranks at 8 B, 64 KiB,
-# 1 MiB and 16 MiB per rank, for each UCX data protocol (tag, put) over shared memory and TCP.
+# 1 MiB and 16 MiB per rank, for each UCX data protocol (auto, tag, put) over shared memory and TCP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run=build/rdmacoll-run
 for tls in shm tcp; do
-  for proto in tag put; do
+  for proto in auto tag put; do
     for size in 8 64K 1M 16M; do
       if [ "$tls" = tcp ]; then export UCX_TLS=tcp; else unset UCX_TLS; fi
       iters=200; case $size in 16M) iters=20 ;; 1M) iters=100 ;; esac
