@@ -52,10 +52,11 @@ bool shared_memory_allowed() {
 }
 
 // Measured on 2 local ranks (scripts/measure-core.sh): over shared memory put + flush + notify
-// beats tagged messages up to a few MiB (8 B: 5.6 vs 16.9 us; 64 KiB: 15 vs 95 us; 1 MiB: 272
-// vs 314 us) and loses at 16 MiB (5.0 vs 3.5 ms); over TCP UCX emulates put and tagged
-// messages win at every size (2-2.4x).
-constexpr size_t kPutMaxBytes = 4u << 20;
+// beats tagged messages for small writes (8 B: 5.6 vs 16.9 us; 64 KiB: 15 vs 95 us), is close
+// at 1 MiB (272 vs 314 us) and loses at 16 MiB (5.0 vs 3.5 ms); with 4 ranks on 2 cores, puts
+// of 256 KiB and up collapse (16 ms vs 0.3 ms per call) because their completion needs the
+// sleeping peer to progress. Over TCP UCX emulates put and tagged messages win at every size.
+constexpr size_t kPutMaxBytes = 64u << 10;
 
 class UcxTransport;
 
