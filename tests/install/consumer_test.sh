@@ -5,16 +5,30 @@ set -euo pipefail
 build=$1
 scratch=$2
 here=$(cd "$(dirname "$0")" && pwd)
+# A free port below the ephemeral range, so no parallel test's outgoing connection holds it.
+free_port() {
+  python3 -c '
+import random, socket
+for _ in range(1000):
+    p = random.randint(20000, 31999)
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("0.0.0.0", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
 rm -rf "$scratch"
 mkdir -p "$scratch"
 cmake --install "$build" --prefix "$scratch/prefix" >/dev/null
 cmake -S "$here/consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 LD_LIBRARY_PATH="$scratch/prefix/lib:$scratch/prefix/lib64" "$scratch/consumer/consumer" "$port"
 # pkg-config route
 export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig:$scratch/prefix/lib64/pkgconfig"
 g++ -o "$scratch/consumer_pc" "$here/consumer/main.cpp" $(pkg-config --cflags --libs rdmacoll)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 LD_LIBRARY_PATH="$scratch/prefix/lib:$scratch/prefix/lib64" "$scratch/consumer_pc" "$port"
 echo "consumer built against the installed rdmacoll: OK"

@@ -38,16 +38,25 @@ struct CheckFailure : std::runtime_error {
     }                                                                             \
   } while (0)
 
+// A free port below Linux's ephemeral range (32768+), so that no outgoing connection of a test
+// running in parallel can be holding it when rank 0 binds it.
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static unsigned seed = static_cast<unsigned>(::getpid()) * 2654435761u;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    seed = seed * 1103515245u + 12345u;
+    const int port = 20000 + static_cast<int>((seed >> 8) % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  return 0;
 }
 
 struct RankResult {
@@ -59,6 +68,8 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> env;  // extra environment for every rank
   std::vector<int> skip_ranks;                           // ranks that are never started
   bool init = true;  // call init_process_group / destroy_process_group around the body
+  // When a rank fails, kill the others at once (they would only wait for it until timeout).
+  bool kill_on_failure = true;
 };
 
 // Runs body(rank, world) in `world` processes; returns each rank's exit code.
@@ -78,6 +89,7 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("RDMACOLL_TIMEOUT_S", "120", 1);  // a stuck rank fails before the test deadline
       for (const auto& [k, v] : opt.env)
         ::setenv(k.c_str(), v.c_str(), 1);
       int code = 0;
@@ -133,6 +145,11 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
       ::close(pidfds[r]);
       pidfds[r] = -1;
       --running;
+      if (results[r].exit_code != 0 && opt.kill_on_failure) {
+        for (int o = 0; o < world; ++o) {
+          if (pidfds[o] >= 0) ::kill(pids[o], SIGKILL);
+        }
+      }
     }
   }
   return results;
