@@ -234,9 +234,10 @@ class UcxTransport final : public Transport {
 
   std::string describe() const override {
     const char* tls = std::getenv("UCX_TLS");
-    return std::string("ucx ") + ucp_get_version_string() +
-           " protocol=" +
-           (protocol_ == Protocol::Tag ? "tag" : protocol_ == Protocol::Put ? "put" : "auto") +
+    return std::string("ucx ") + ucp_get_version_string() + " protocol=" +
+           (protocol_ == Protocol::Tag   ? "tag"
+            : protocol_ == Protocol::Put ? "put"
+                                         : "auto") +
            " UCX_TLS=" + (tls ? tls : "(default)");
   }
 
