@@ -95,9 +95,9 @@ class Transport {
   virtual std::string name() const = 0;
   virtual std::string describe() const = 0;
 
-  // Our address, published through the rendezvous store; connect() takes every rank's (index =
-  // global rank). Endpoints may be created lazily on first use.
-  virtual Bytes address() const = 0;
+  // Our address for a world of `world_size` ranks, published through the rendezvous store;
+  // connect() takes every rank's (index = global rank). Endpoints may be created lazily.
+  virtual Bytes address(int my_rank, int world_size) = 0;
   virtual void connect(int my_rank, const std::vector<Bytes>& addresses) = 0;
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
@@ -109,7 +109,9 @@ class Transport {
   virtual RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) = 0;
 
   // One-sided write of src[src_offset, +length) into dst[dst_offset, +length) carrying
-  // `signal`. The caller has checked the range against dst's length.
+  // `signal`. The caller has checked the range against dst's length. Transports whose signal
+  // is 32 bits wide (verbs immediates) use signal_imm32(); the engine keeps that unique among
+  // the writes in flight to one receiver.
   virtual RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                            size_t dst_offset, size_t length, uint64_t signal) = 0;
   // Completes when the write carrying `signal` into region[offset, +length) has landed.
@@ -125,8 +127,16 @@ class Transport {
   virtual void wait_for_event(Clock::time_point deadline) = 0;
 
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
-  virtual std::optional<std::string> peer_failure(int peer) const = 0;
+  virtual std::optional<std::string> peer_failure(int peer) = 0;
 };
+
+// The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).
+// 32 bits keep group mod 256, seq mod 256 and index mod 65536: unique among the writes in flight
+// to one receiver, since a call's writes all land before that receiver starts its next call.
+inline uint32_t signal_imm32(uint64_t signal) {
+  return static_cast<uint32_t>(((signal >> 48) & 0xff) << 24 | ((signal >> 24) & 0xff) << 16 |
+                               (signal & 0xffff));
+}
 
 enum class TransportKind { Auto, Ucx, Verbs };
 

@@ -225,7 +225,7 @@ void init_process_group(const InitOptions& options) {
   }
 
   ctx->transport = transport::create_transport(transport_from_env());
-  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank), ctx->transport->address());
+  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank), ctx->transport->address(ctx->rank, ctx->world_size));
   ctx->transport->connect(ctx->rank, gather_addresses(*ctx, ctx->store->address()));
   ctx->engine = std::make_unique<engine::Engine>(*ctx->transport);
 

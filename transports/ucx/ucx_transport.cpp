@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "rdmacoll/errors.hpp"
+#include "transports/peer_liveness.hpp"
 
 namespace rdmacoll::transport {
 
@@ -113,62 +114,9 @@ struct PeerSlot {
   int rank = -1;
   ucp_ep_h ep = nullptr;
   bool same_host = false;
-  pid_t pid = 0;
-  int pidfd = -1;  // same-host peers: readable once the process has exited
   std::optional<std::string> failure;
   bool close_pending = false;
-  ~PeerSlot() {
-    if (pidfd >= 0) ::close(pidfd);
-  }
 };
-
-// Same kernel, same pid namespace: then a peer's pid can be watched with a pidfd.
-std::string host_key() {
-  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return std::string("id:") + id;
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string boot;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f)) boot = buf;
-    std::fclose(f);
-  }
-  char ns[128] = {};
-  [[maybe_unused]] ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  return std::string(host) + "/" + boot + "/" + ns;
-}
-
-// Our published address: pid | host key | UCX worker address.
-struct PeerAddress {
-  uint32_t pid = 0;
-  std::string host;
-  Bytes ucx;
-};
-
-Bytes encode_address(uint32_t pid, const std::string& host, const Bytes& ucx) {
-  Bytes out(8 + host.size());
-  const uint32_t hl = static_cast<uint32_t>(host.size());
-  std::memcpy(out.data(), &pid, 4);
-  std::memcpy(out.data() + 4, &hl, 4);
-  std::memcpy(out.data() + 8, host.data(), host.size());
-  out.insert(out.end(), ucx.begin(), ucx.end());
-  return out;
-}
-
-PeerAddress decode_address(const Bytes& in, int rank) {
-  PeerAddress a;
-  uint32_t hl = 0;
-  if (in.size() >= 8) {
-    std::memcpy(&a.pid, in.data(), 4);
-    std::memcpy(&hl, in.data() + 4, 4);
-  }
-  if (in.size() < 8 || in.size() < 8 + static_cast<size_t>(hl)) {
-    throw TransportError("UCX: malformed address published by rank " + std::to_string(rank));
-  }
-  a.host.assign(reinterpret_cast<const char*>(in.data()) + 8, hl);
-  a.ucx.assign(in.begin() + 8 + hl, in.end());
-  return a;
-}
 
 class UcxTransport final : public Transport {
  public:
@@ -195,7 +143,7 @@ class UcxTransport final : public Transport {
     size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
     host_ = host_key();
-    address_ = encode_address(
+    address_ = encode_peer_address(
         static_cast<uint32_t>(::getpid()), host_,
         Bytes(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len));
     ucp_worker_release_address(worker_, addr);
@@ -241,22 +189,24 @@ class UcxTransport final : public Transport {
            " UCX_TLS=" + (tls ? tls : "(default)");
   }
 
-  Bytes address() const override { return address_; }
+  Bytes address(int, int) override { return address_; }
 
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
     my_rank_ = my_rank;
     addresses_.clear();
     peers_.clear();
+    std::vector<std::pair<std::string, pid_t>> hosts;
     for (size_t r = 0; r < addresses.size(); ++r) {
-      PeerAddress a = decode_address(addresses[r], static_cast<int>(r));
+      PeerAddress a = decode_peer_address(addresses[r], static_cast<int>(r));
       auto slot = std::make_unique<PeerSlot>();
       slot->owner = this;
       slot->rank = static_cast<int>(r);
       slot->same_host = a.host == host_;
-      slot->pid = static_cast<pid_t>(a.pid);
-      addresses_.push_back(std::move(a.ucx));
+      hosts.emplace_back(a.host, static_cast<pid_t>(a.pid));
+      addresses_.push_back(std::move(a.payload));
       peers_.push_back(std::move(slot));
     }
+    liveness_.reset(hosts);
   }
 
   std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override {
@@ -397,22 +347,14 @@ class UcxTransport final : public Transport {
     // Also wake when a same-host peer exits; at least every 100 ms to recheck deadlines.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     std::vector<pollfd> pfds{{efd_, POLLIN, 0}};
-    for (const auto& slot : peers_) {
-      if (slot->pidfd >= 0 && !slot->failure) pfds.push_back({slot->pidfd, POLLIN, 0});
-    }
+    for (int fd : liveness_.fds()) pfds.push_back({fd, POLLIN, 0});
     ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
   }
 
-  std::optional<std::string> peer_failure(int peer) const override {
+  std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return std::nullopt;
     PeerSlot& slot = *peers_[peer];
-    if (!slot.failure && slot.pidfd >= 0) {
-      pollfd pfd{slot.pidfd, POLLIN, 0};
-      if (::poll(&pfd, 1, 0) > 0) {
-        slot.failure = "process " + std::to_string(slot.pid) + " of rank " + std::to_string(peer) +
-                       " on this host has exited";
-      }
-    }
+    if (!slot.failure) slot.failure = liveness_.failure(peer);
     return slot.failure;
   }
 
@@ -458,13 +400,7 @@ class UcxTransport final : public Transport {
     };
     p.err_handler.arg = &slot;
     check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
-    if (slot.same_host && slot.pidfd < 0) {
-      slot.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, slot.pid, 0));
-      if (slot.pidfd < 0 && errno == ESRCH) {
-        slot.failure = "process " + std::to_string(slot.pid) + " of rank " + std::to_string(peer) +
-                       " on this host is gone";
-      }
-    }
+    if (auto gone = liveness_.watch(peer)) slot.failure = gone;
     return slot.ep;
   }
 
@@ -550,6 +486,7 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::string host_;
+  PeerLiveness liveness_;
   Bytes address_;
   int my_rank_ = -1;
   std::vector<Bytes> addresses_;

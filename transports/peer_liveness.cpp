@@ -1,0 +1,107 @@
+#include "transports/peer_liveness.hpp"
+
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport {
+
+std::string host_key() {
+  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return std::string("id:") + id;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) boot = buf;
+    std::fclose(f);
+  }
+  char ns[128] = {};
+  [[maybe_unused]] ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  return std::string(host) + "/" + boot + "/" + ns;
+}
+
+PeerLiveness::~PeerLiveness() {
+  for (auto& p : peers_) {
+    if (p.pidfd >= 0) ::close(p.pidfd);
+  }
+}
+
+void PeerLiveness::reset(const std::vector<std::pair<std::string, pid_t>>& host_and_pid) {
+  for (auto& p : peers_) {
+    if (p.pidfd >= 0) ::close(p.pidfd);
+  }
+  peers_.clear();
+  const std::string mine = host_key();
+  for (const auto& [host, pid] : host_and_pid) peers_.push_back({host == mine, pid, -1, {}});
+}
+
+std::optional<std::string> PeerLiveness::watch(int rank) {
+  Peer& p = peers_.at(rank);
+  if (!p.same_host || p.pidfd >= 0 || p.failure) return p.failure;
+  p.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0));
+  if (p.pidfd < 0 && errno == ESRCH) {
+    p.failure = "process " + std::to_string(p.pid) + " of rank " + std::to_string(rank) +
+                " on this host is gone";
+  }
+  return p.failure;
+}
+
+std::optional<std::string> PeerLiveness::failure(int rank) {
+  Peer& p = peers_.at(rank);
+  if (!p.failure && p.pidfd >= 0) {
+    pollfd pfd{p.pidfd, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) > 0) {
+      p.failure = "process " + std::to_string(p.pid) + " of rank " + std::to_string(rank) +
+                  " on this host has exited";
+    }
+  }
+  return p.failure;
+}
+
+std::vector<int> PeerLiveness::fds() const {
+  std::vector<int> out;
+  for (const auto& p : peers_) {
+    if (p.pidfd >= 0 && !p.failure) out.push_back(p.pidfd);
+  }
+  return out;
+}
+
+}  // namespace rdmacoll::transport
+
+namespace rdmacoll::transport {
+
+std::vector<uint8_t> encode_peer_address(uint32_t pid, const std::string& host,
+                                         const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> out(8 + host.size());
+  const uint32_t hl = static_cast<uint32_t>(host.size());
+  std::memcpy(out.data(), &pid, 4);
+  std::memcpy(out.data() + 4, &hl, 4);
+  std::memcpy(out.data() + 8, host.data(), host.size());
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+PeerAddress decode_peer_address(const std::vector<uint8_t>& in, int rank) {
+  PeerAddress a;
+  uint32_t hl = 0;
+  if (in.size() >= 8) {
+    std::memcpy(&a.pid, in.data(), 4);
+    std::memcpy(&hl, in.data() + 4, 4);
+  }
+  if (in.size() < 8 || in.size() < 8 + static_cast<size_t>(hl)) {
+    throw TransportError("malformed transport address published by rank " + std::to_string(rank));
+  }
+  a.host.assign(reinterpret_cast<const char*>(in.data()) + 8, hl);
+  a.payload.assign(in.begin() + 8 + hl, in.end());
+  return a;
+}
+
+}  // namespace rdmacoll::transport

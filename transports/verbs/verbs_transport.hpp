@@ -1,0 +1,32 @@
+#pragma once
+// libibverbs implementation of the transport interface: one RC queue pair per peer, connected
+// out of band (QP numbers and GIDs travel in the address published through the rendezvous
+// store). Data moves with RDMA WRITE WITH IMM straight into the peer's registered output; the
+// immediate (signal_imm32) tells the receiver which call and chunk landed. Control messages
+// (call descriptors) are SENDs into pre-posted receive buffers.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "transports/transport.hpp"
+
+namespace rdmacoll::transport {
+
+// What device/port/GID the verbs transport would use, or why none is usable.
+struct VerbsDeviceChoice {
+  bool usable = false;
+  std::string reason;  // when not usable
+  std::string device;
+  int port = 0;
+  int gid_index = -1;
+};
+
+// Honours RDMACOLL_IB_DEVICE, RDMACOLL_IB_PORT and RDMACOLL_GID_INDEX; else the first ACTIVE
+// port, and on RoCE its RoCE v2 IPv4-mapped GID.
+VerbsDeviceChoice probe_verbs_device();
+
+// Throws TransportError naming the reason when no usable device/port exists.
+std::unique_ptr<Transport> create_verbs_transport();
+
+}  // namespace rdmacoll::transport
