@@ -40,7 +40,8 @@ void PeerLiveness::reset(const std::vector<std::pair<std::string, pid_t>>& host_
   }
   peers_.clear();
   const std::string mine = host_key();
-  for (const auto& [host, pid] : host_and_pid) peers_.push_back({host == mine, pid, -1, {}});
+  for (const auto& [host, pid] : host_and_pid)
+    peers_.push_back({host == mine, pid, -1, {}});
 }
 
 std::optional<std::string> PeerLiveness::watch(int rank) {

@@ -2,21 +2,25 @@
 
 #include "rdmacoll/errors.hpp"
 #include "transports/ucx/ucx_transport.hpp"
+#include "transports/verbs/verbs_transport.hpp"
 
 namespace rdmacoll::transport {
 
 std::unique_ptr<Transport> create_transport(TransportKind kind) {
   switch (kind) {
     case TransportKind::Verbs:
-      // The verbs transport (transports/verbs/) is not part of this build yet.
-      throw TransportError(
-          "RDMACOLL_TRANSPORT=verbs: this build of rdmacoll has no verbs transport yet; use "
-          "RDMACOLL_TRANSPORT=auto or ucx");
+      return create_verbs_transport();
     case TransportKind::Auto:
     case TransportKind::Ucx:
       return create_ucx_transport();
   }
   throw InvalidArgument("unknown transport kind");
+}
+
+std::optional<std::string> verbs_unusable_reason() {
+  VerbsDeviceChoice c = probe_verbs_device();
+  if (c.usable) return std::nullopt;
+  return c.reason;
 }
 
 }  // namespace rdmacoll::transport

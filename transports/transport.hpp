@@ -140,8 +140,11 @@ inline uint32_t signal_imm32(uint64_t signal) {
 
 enum class TransportKind { Auto, Ucx, Verbs };
 
-// Creates the transport for `kind` (Auto: verbs when usable, else UCX). Throws TransportError
-// with the reason when the requested kind is unavailable.
+// Creates the transport for `kind` (Verbs or Ucx; the caller resolves Auto, since every rank
+// must agree). Throws TransportError with the reason when the kind is unavailable.
 std::unique_ptr<Transport> create_transport(TransportKind kind);
+
+// Why this process cannot use the verbs transport (no ACTIVE RDMA port, ...), or nullopt.
+std::optional<std::string> verbs_unusable_reason();
 
 }  // namespace rdmacoll::transport

@@ -98,24 +98,25 @@ GroupState& resolve(const Group& group, const char* what) {
   return group.is_default() ? *ctx.world : *group.state();
 }
 
-// Waits (through the store) until every rank has published its transport address; on timeout
-// names the ranks that never arrived.
-std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& store_addr) {
+// Waits (through the store) until every rank has published `prefix`<rank>; on timeout names
+// the ranks that never arrived.
+std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& prefix) {
+  const std::string store_addr = ctx.store->address();
   std::vector<transport::Bytes> addrs(ctx.world_size);
   const auto deadline = transport::Clock::now() + ctx.timeout;
   for (int r = 0; r < ctx.world_size; ++r) {
     auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - transport::Clock::now());
     try {
-      addrs[r] = ctx.store->get("rdmacoll/addr/" + std::to_string(r),
-                                std::max(left, std::chrono::milliseconds(1)));
+      addrs[r] =
+          ctx.store->get(prefix + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
     } catch (const Timeout&) {
       // Ranks before r have arrived; of the rest, ask the store which are still missing. If
       // rank 0 has given up too and taken the store down, all of them are suspects.
       std::vector<int> missing;
       try {
         for (int m = r; m < ctx.world_size; ++m) {
-          if (!ctx.store->check("rdmacoll/addr/" + std::to_string(m))) missing.push_back(m);
+          if (!ctx.store->check(prefix + std::to_string(m))) missing.push_back(m);
         }
       } catch (const Error&) {
         missing.clear();
@@ -135,6 +136,33 @@ std::vector<transport::Bytes> gather_addresses(Context& ctx, const std::string& 
     }
   }
   return addrs;
+}
+
+// RDMACOLL_TRANSPORT=auto takes verbs only when every rank has an ACTIVE RDMA port, so that
+// all ranks agree; =verbs without a usable device is an error, never a silent fallback.
+transport::TransportKind agree_on_transport(Context& ctx) {
+  const transport::TransportKind wanted = transport_from_env();
+  if (wanted == transport::TransportKind::Ucx) return wanted;
+  const std::optional<std::string> why_not = transport::verbs_unusable_reason();
+  if (wanted == transport::TransportKind::Verbs) {
+    if (why_not) {
+      throw TransportError("RDMACOLL_TRANSPORT=verbs, but rank " + std::to_string(ctx.rank) +
+                           " cannot use verbs: " + *why_not);
+    }
+    return wanted;
+  }
+  ctx.store->set("rdmacoll/verbs/" + std::to_string(ctx.rank), why_not ? "0" + *why_not : "1");
+  std::string first_reason;
+  const auto all = gather_from_all(ctx, "rdmacoll/verbs/");
+  for (int r = 0; r < ctx.world_size; ++r) {
+    const std::string v(all[r].begin(), all[r].end());
+    if (v != "1" && first_reason.empty()) {
+      first_reason = "rank " + std::to_string(r) + ": " + v.substr(1);
+    }
+  }
+  if (first_reason.empty()) return transport::TransportKind::Verbs;
+  if (ctx.rank == 0) log::info("transport: ucx, since verbs is unusable on " + first_reason);
+  return transport::TransportKind::Ucx;
 }
 
 void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int rank,
@@ -224,9 +252,10 @@ void init_process_group(const InitOptions& options) {
                           " but rank 0 has " + their_size);
   }
 
-  ctx->transport = transport::create_transport(transport_from_env());
-  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank), ctx->transport->address(ctx->rank, ctx->world_size));
-  ctx->transport->connect(ctx->rank, gather_addresses(*ctx, ctx->store->address()));
+  ctx->transport = transport::create_transport(agree_on_transport(*ctx));
+  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
+                  ctx->transport->address(ctx->rank, ctx->world_size));
+  ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
   ctx->engine = std::make_unique<engine::Engine>(*ctx->transport);
 
   ctx->world = std::make_shared<GroupState>();

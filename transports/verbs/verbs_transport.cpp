@@ -1,0 +1,753 @@
+#include "transports/verbs/verbs_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <ucm/api/ucm.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "rdmacoll/errors.hpp"
+#include "transports/peer_liveness.hpp"
+
+namespace rdmacoll::transport {
+
+namespace {
+
+constexpr int kRecvDepth = 32;  // pre-posted receives per peer (descriptors + write immediates)
+constexpr int kSendDepth = 64;  // send work requests in flight per peer
+constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
+constexpr size_t kMaxWrite = size_t{1} << 30;
+// Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
+constexpr uint8_t kQpTimeout = 20;
+constexpr uint8_t kRetryCount = 7;
+
+enum WrKind : uint64_t { kRecvWr = 0, kSendWr = 1, kWriteWr = 2 };
+uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id) {
+  return (static_cast<uint64_t>(kind) << 62) | (static_cast<uint64_t>(peer) << 32) | id;
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string errno_text(int e) {
+  return std::strerror(e) + std::string(" (errno ") + std::to_string(e) + ")";
+}
+
+// The RoCE v2 GID that maps an IPv4 address (::ffff:a.b.c.d): what rdma_cm would pick.
+int find_roce_v2_ipv4_gid(ibv_context* ctx, int port, int table_len) {
+  for (int i = 0; i < table_len; ++i) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, i, &e, 0) != 0) continue;
+    const uint8_t* g = e.gid.raw;
+    const bool v4 =
+        std::all_of(g, g + 10, [](uint8_t b) { return b == 0; }) && g[10] == 0xff && g[11] == 0xff;
+    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4) return i;
+  }
+  return -1;
+}
+
+struct OpenDevice {
+  ibv_context* ctx = nullptr;
+  VerbsDeviceChoice choice;
+  ibv_port_attr port_attr{};
+};
+
+// Opens the chosen device (caller closes ctx) or explains why there is none.
+OpenDevice open_device() {
+  OpenDevice out;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list || n == 0) {
+    if (list) ibv_free_device_list(list);
+    out.choice.reason = "no RDMA devices (ibv_get_device_list found none)";
+    return out;
+  }
+  const char* want_dev = env("RDMACOLL_IB_DEVICE");
+  const char* want_port = env("RDMACOLL_IB_PORT");
+  const char* want_gid = env("RDMACOLL_GID_INDEX");
+  std::string seen;
+  for (int d = 0; d < n && !out.ctx; ++d) {
+    const std::string name = ibv_get_device_name(list[d]);
+    if (want_dev && name != want_dev) continue;
+    ibv_context* ctx = ibv_open_device(list[d]);
+    if (!ctx) {
+      seen += " " + name + "(cannot open: " + errno_text(errno) + ")";
+      continue;
+    }
+    ibv_device_attr dattr{};
+    ibv_query_device(ctx, &dattr);
+    for (int p = 1; p <= dattr.phys_port_cnt; ++p) {
+      if (want_port && std::atoi(want_port) != p) continue;
+      ibv_port_attr pa{};
+      if (ibv_query_port(ctx, p, &pa) != 0) continue;
+      if (pa.state != IBV_PORT_ACTIVE) {
+        seen += " " + name + ":" + std::to_string(p) + "(" + ibv_port_state_str(pa.state) + ")";
+        continue;
+      }
+      int gid = want_gid ? std::atoi(want_gid) : -1;
+      if (gid < 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        gid = find_roce_v2_ipv4_gid(ctx, p, pa.gid_tbl_len);
+        if (gid < 0) {
+          seen += " " + name + ":" + std::to_string(p) + "(no RoCE v2 IPv4 GID)";
+          continue;
+        }
+      }
+      out.ctx = ctx;
+      out.port_attr = pa;
+      out.choice = {true, "", name, p, gid < 0 ? 0 : gid};
+      break;
+    }
+    if (!out.ctx) ibv_close_device(ctx);
+  }
+  ibv_free_device_list(list);
+  if (!out.ctx) {
+    out.choice.reason = std::string("no ACTIVE RDMA port") +
+                        (want_dev ? std::string(" on RDMACOLL_IB_DEVICE=") + want_dev : "") +
+                        (seen.empty() ? "" : "; seen:" + seen);
+  }
+  return out;
+}
+
+class VerbsRequest final : public Request {
+ public:
+  explicit VerbsRequest(int peer) : Request(peer) {}
+  int pieces = 0;      // outstanding work requests of a write
+  int send_slot = -1;  // control send buffer in use
+  void* recv_buffer = nullptr;
+  size_t recv_capacity = 0;
+};
+
+// A registration shared by the cache and the regions handed out; deregistered when both let go.
+struct MrEntry {
+  ibv_mr* mr = nullptr;
+  ~MrEntry() {
+    if (mr) ibv_dereg_mr(mr);
+  }
+};
+
+class VerbsMemoryRegion final : public MemoryRegion {
+ public:
+  VerbsMemoryRegion(void* base, size_t length, std::shared_ptr<MrEntry> e)
+      : MemoryRegion(base, length), entry(std::move(e)) {}
+  Bytes packed_key() const override {
+    Bytes b(4);
+    const uint32_t rkey = entry->mr ? entry->mr->rkey : 0;
+    std::memcpy(b.data(), &rkey, 4);
+    return b;
+  }
+  uint32_t lkey() const { return entry->mr ? entry->mr->lkey : 0; }
+  std::shared_ptr<MrEntry> entry;
+};
+
+class VerbsRemoteRegion final : public RemoteRegion {
+ public:
+  VerbsRemoteRegion(int peer, uint64_t base, size_t length, uint32_t rkey)
+      : RemoteRegion(peer, base, length), rkey(rkey) {}
+  uint32_t rkey;
+};
+
+// Payload of our published address after the pid/host framing.
+struct WireInfo {
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t mtu;
+  uint8_t link_layer;
+  // followed by one u32 QP number per rank (ours for that peer)
+};
+
+class VerbsTransport;
+VerbsTransport* g_cache_owner = nullptr;  // for the memory-event callback
+std::recursive_mutex g_cache_mutex;
+
+class VerbsTransport final : public Transport {
+ public:
+  VerbsTransport() {
+    ibv_fork_init();  // before any registration: fork()ed children must not corrupt our MRs
+    OpenDevice dev = open_device();
+    if (!dev.ctx) throw TransportError("verbs: " + dev.choice.reason);
+    ctx_ = dev.ctx;
+    choice_ = dev.choice;
+    port_attr_ = dev.port_attr;
+    if (ibv_query_gid(ctx_, choice_.port, choice_.gid_index, &gid_) != 0) {
+      throw TransportError("verbs: cannot read GID " + std::to_string(choice_.gid_index) + " of " +
+                           choice_.device);
+    }
+    pd_ = ibv_alloc_pd(ctx_);
+    channel_ = ibv_create_comp_channel(ctx_);
+    if (!pd_ || !channel_)
+      throw TransportError("verbs: cannot allocate a PD or completion channel");
+    ::fcntl(channel_->fd, F_SETFL, ::fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+    ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
+    std::lock_guard lock(g_cache_mutex);
+    g_cache_owner = this;
+    // Drop cached registrations whose memory is unmapped, so a later buffer at the same
+    // address never reuses a registration of pages that are gone.
+    ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, &VerbsTransport::on_unmap, nullptr);
+  }
+
+  ~VerbsTransport() override {
+    {
+      std::lock_guard lock(g_cache_mutex);
+      ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, nullptr);
+      g_cache_owner = nullptr;
+      cache_.clear();
+    }
+    for (auto& p : peers_) {
+      if (p.qp) ibv_destroy_qp(p.qp);
+    }
+    if (cq_) {
+      if (unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
+      ibv_destroy_cq(cq_);
+    }
+    ctrl_mr_.reset();
+    if (channel_) ibv_destroy_comp_channel(channel_);
+    if (pd_) ibv_dealloc_pd(pd_);
+    if (ctx_) ibv_close_device(ctx_);
+  }
+
+  std::string name() const override { return "verbs"; }
+  std::string describe() const override {
+    return "verbs on " + choice_.device + ":" + std::to_string(choice_.port) + " gid_index " +
+           std::to_string(choice_.gid_index) + " (" +
+           (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand") +
+           ", active_mtu " + std::to_string(128 << port_attr_.active_mtu) + ")";
+  }
+
+  Bytes address(int my_rank, int world_size) override {
+    me_ = my_rank;
+    world_ = world_size;
+    const int peers = std::max(world_size - 1, 1);
+    cq_ = ibv_create_cq(ctx_, peers * (kRecvDepth + kSendDepth) + 16, nullptr, channel_, 0);
+    if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
+    // One registered pool for control buffers: receives then sends, per peer.
+    ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
+    ctrl_mr_ = std::make_unique<MrEntry>();
+    ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
+    peers_.resize(world_size);
+    Bytes wire(sizeof(WireInfo) + 4 * static_cast<size_t>(world_size));
+    WireInfo info{};
+    std::memcpy(info.gid, gid_.raw, 16);
+    info.lid = port_attr_.lid;
+    info.mtu = static_cast<uint8_t>(port_attr_.active_mtu);
+    info.link_layer = port_attr_.link_layer;
+    std::memcpy(wire.data(), &info, sizeof info);
+    for (int r = 0; r < world_size; ++r) {
+      uint32_t qpn = 0;
+      if (r != my_rank) {
+        ibv_qp_init_attr a{};
+        a.send_cq = cq_;
+        a.recv_cq = cq_;
+        a.qp_type = IBV_QPT_RC;
+        a.cap.max_send_wr = kSendDepth;
+        a.cap.max_recv_wr = kRecvDepth;
+        a.cap.max_send_sge = 1;
+        a.cap.max_recv_sge = 1;
+        peers_[r].qp = ibv_create_qp(pd_, &a);
+        if (!peers_[r].qp)
+          throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
+        qpn = peers_[r].qp->qp_num;
+        for (int s = 0; s < kSendDepth; ++s)
+          peers_[r].free_send.push_back(s);
+      }
+      std::memcpy(wire.data() + sizeof info + 4 * r, &qpn, 4);
+    }
+    return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
+  }
+
+  void connect(int my_rank, const std::vector<Bytes>& addresses) override {
+    std::vector<std::pair<std::string, pid_t>> hosts;
+    for (int r = 0; r < world_; ++r) {
+      PeerAddress a = decode_peer_address(addresses[r], r);
+      hosts.emplace_back(a.host, static_cast<pid_t>(a.pid));
+      if (r == my_rank) continue;
+      if (a.payload.size() != sizeof(WireInfo) + 4 * static_cast<size_t>(world_)) {
+        throw TransportError("verbs: rank " + std::to_string(r) +
+                             " published no verbs address (is it using another transport?)");
+      }
+      WireInfo info;
+      std::memcpy(&info, a.payload.data(), sizeof info);
+      uint32_t their_qpn = 0;
+      std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * my_rank, 4);
+      bring_up(r, info, their_qpn);
+      for (int s = 0; s < kRecvDepth; ++s)
+        post_recv(r, s);
+    }
+    liveness_.reset(hosts);
+  }
+
+  std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override {
+    std::lock_guard lock(g_cache_mutex);
+    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(base), length);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      auto e = std::make_shared<MrEntry>();
+      if (length > 0) {
+        // Remote peers may write into it; we read it locally as the source of our writes.
+        e->mr = ibv_reg_mr(pd_, base, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        if (!e->mr) throw registration_error(length, errno);
+      }
+      if (cache_.size() >= 256) cache_.erase(cache_.begin());
+      it = cache_.emplace(key, std::move(e)).first;
+      ++registrations_;
+    }
+    return std::make_shared<VerbsMemoryRegion>(base, length, it->second);
+  }
+
+  std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
+                                              const Bytes& packed_key) override {
+    uint32_t rkey = 0;
+    if (packed_key.size() == 4) std::memcpy(&rkey, packed_key.data(), 4);
+    return std::make_unique<VerbsRemoteRegion>(peer, base, length, rkey);
+  }
+
+  RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
+    auto req = std::make_shared<VerbsRequest>(peer);
+    if (length + 8 > kCtrlBytes) {
+      req->fail("control message of " + std::to_string(length) + " bytes exceeds " +
+                std::to_string(kCtrlBytes - 8));
+      return req;
+    }
+    Bytes msg(8 + length);
+    std::memcpy(msg.data(), &tag, 8);
+    if (length) std::memcpy(msg.data() + 8, data, length);
+    const uint32_t id = track(req);
+    submit(peer, [this, peer, id, msg = std::move(msg)]() -> bool {
+      Peer& p = peers_[peer];
+      if (p.free_send.empty()) return false;
+      const int slot = p.free_send.front();
+      p.free_send.pop_front();
+      auto* r = static_cast<VerbsRequest*>(inflight_.at(id).get());
+      r->send_slot = slot;
+      uint8_t* buf = send_buffer(peer, slot);
+      std::memcpy(buf, msg.data(), msg.size());
+      ibv_sge sge{reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
+                  ctrl_mr_->mr->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = make_wr_id(kSendWr, peer, id);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_SEND;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      return post(peer, wr, id);
+    });
+    return req;
+  }
+
+  RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) override {
+    auto req = std::make_shared<VerbsRequest>(peer);
+    req->recv_buffer = buffer;
+    req->recv_capacity = capacity;
+    const auto key = std::make_pair(peer, tag);
+    auto it = unexpected_.find(key);
+    if (it != unexpected_.end()) {
+      deliver(*req, it->second);
+      unexpected_.erase(it);
+    } else {
+      pending_recvs_[key] = req;
+    }
+    return req;
+  }
+
+  RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
+                   size_t dst_offset, size_t length, uint64_t signal) override {
+    const int peer = dst.peer();
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const auto& local = static_cast<const VerbsMemoryRegion&>(src);
+    const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
+    const uint32_t id = track(req);
+    const uint32_t imm = signal_imm32(signal);
+    // Pieces of at most kMaxWrite; only the last carries the immediate (RC keeps them in order).
+    size_t off = 0;
+    do {
+      const size_t n = std::min(kMaxWrite, length - off);
+      const bool last = off + n == length;
+      ++req->pieces;
+      const uint64_t from = reinterpret_cast<uint64_t>(src.base()) + src_offset + off;
+      const uint64_t to = remote.base() + dst_offset + off;
+      const uint32_t lkey = local.lkey();
+      const uint32_t rkey = remote.rkey;
+      submit(peer, [=, this]() -> bool {
+        ibv_sge sge{from, static_cast<uint32_t>(n), lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = make_wr_id(kWriteWr, peer, id);
+        wr.sg_list = n ? &sge : nullptr;
+        wr.num_sge = n ? 1 : 0;
+        wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.imm_data = htonl(imm);
+        wr.wr.rdma.remote_addr = to;
+        wr.wr.rdma.rkey = rkey;
+        return post(peer, wr, id);
+      });
+      off += n;
+    } while (off < length);
+    return req;
+  }
+
+  RequestPtr expect(int peer, MemoryRegion&, size_t, size_t, uint64_t signal) override {
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const auto key = std::make_pair(peer, signal_imm32(signal));
+    if (arrived_.erase(key)) {
+      req->complete();
+    } else {
+      expects_[key] = req;
+    }
+    return req;
+  }
+
+  void cancel(const RequestPtr& request) override {
+    if (request->state() != Request::State::Pending) return;
+    for (auto* m : {&expects_}) {
+      std::erase_if(*m, [&](const auto& kv) { return kv.second == request; });
+    }
+    std::erase_if(pending_recvs_, [&](const auto& kv) { return kv.second == request; });
+    // Posted writes cannot be recalled; the group is broken after a cancel anyway.
+    request->fail("cancelled");
+  }
+
+  bool progress() override {
+    bool any = drain_async();
+    ibv_wc wc[32];
+    for (;;) {
+      const int n = ibv_poll_cq(cq_, 32, wc);
+      if (n <= 0) break;
+      any = true;
+      for (int i = 0; i < n; ++i)
+        handle(wc[i]);
+    }
+    return any;
+  }
+
+  void wait_for_event(Clock::time_point deadline) override {
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    if (!armed_) {
+      ibv_req_notify_cq(cq_, 0);
+      armed_ = true;
+      return;  // the caller progresses once more before sleeping: no lost wakeup
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    std::vector<pollfd> pfds{{channel_->fd, POLLIN, 0}, {ctx_->async_fd, POLLIN, 0}};
+    for (int fd : liveness_.fds())
+      pfds.push_back({fd, POLLIN, 0});
+    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {
+      if (++unacked_events_ >= 64) {
+        ibv_ack_cq_events(cq_, unacked_events_);
+        unacked_events_ = 0;
+      }
+      armed_ = false;
+    }
+  }
+
+  std::optional<std::string> peer_failure(int peer) override {
+    if (peer < 0 || peer >= world_) return std::nullopt;
+    Peer& p = peers_[peer];
+    if (!p.failure) p.failure = liveness_.failure(peer);
+    return p.failure;
+  }
+
+ private:
+  struct Peer {
+    ibv_qp* qp = nullptr;
+    int outstanding = 0;
+    std::deque<int> free_send;
+    std::deque<std::function<bool()>> backlog;  // posts waiting for send queue room
+    std::optional<std::string> failure;
+  };
+
+  static TransportError registration_error(size_t length, int err) {
+    std::string msg =
+        "verbs: ibv_reg_mr of " + std::to_string(length) + " bytes failed: " + errno_text(err);
+    if (err == ENOMEM || err == EPERM) {
+      msg +=
+          "; the locked-memory limit is probably too low: raise it (ulimit -l unlimited, or "
+          "memlock in /etc/security/limits.d)";
+    }
+    return TransportError(msg);
+  }
+
+  static void on_unmap(ucm_event_type_t, ucm_event_t* event, void*) {
+    std::lock_guard lock(g_cache_mutex);
+    if (!g_cache_owner) return;
+    const auto lo = reinterpret_cast<uintptr_t>(event->vm_unmapped.address);
+    const auto hi = lo + event->vm_unmapped.size;
+    std::erase_if(g_cache_owner->cache_, [&](const auto& kv) {
+      const uintptr_t b = kv.first.first;
+      return b < hi && lo < b + kv.first.second;
+    });
+  }
+
+  uint8_t* recv_buffer(int peer, int slot) {
+    return ctrl_pool_.data() +
+           (static_cast<size_t>(peer) * (kRecvDepth + kSendDepth) + slot) * kCtrlBytes;
+  }
+  uint8_t* send_buffer(int peer, int slot) { return recv_buffer(peer, kRecvDepth + slot); }
+
+  void bring_up(int r, const WireInfo& info, uint32_t their_qpn) {
+    ibv_qp* qp = peers_[r].qp;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = static_cast<uint8_t>(choice_.port);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    check_modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, r,
+                 "INIT");
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = static_cast<ibv_mtu>(std::min<int>(info.mtu, port_attr_.active_mtu));
+    a.dest_qp_num = their_qpn;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = static_cast<uint8_t>(choice_.port);
+    a.ah_attr.dlid = info.lid;
+    if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || info.lid == 0) {
+      a.ah_attr.is_global = 1;
+      std::memcpy(a.ah_attr.grh.dgid.raw, info.gid, 16);
+      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(choice_.gid_index);
+      a.ah_attr.grh.hop_limit = 64;
+    }
+    check_modify(qp, a,
+                 IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                 r, "RTR");
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = kQpTimeout;
+    a.retry_cnt = kRetryCount;
+    a.rnr_retry = 7;  // infinite: a receiver between reposts is not an error
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
+    check_modify(qp, a,
+                 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+                 r, "RTS");
+  }
+
+  void check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state) {
+    if (const int e = ibv_modify_qp(qp, &a, mask)) {
+      throw TransportError("verbs: QP to rank " + std::to_string(r) + " on " + choice_.device +
+                           " cannot reach " + state + ": " + errno_text(e));
+    }
+  }
+
+  void post_recv(int peer, int slot) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(peer, slot)), kCtrlBytes,
+                ctrl_mr_->mr->lkey};
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = make_wr_id(kRecvWr, peer, slot);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (const int e = ibv_post_recv(peers_[peer].qp, &wr, &bad)) {
+      mark_failed(peer, "ibv_post_recv failed: " + errno_text(e));
+    }
+  }
+
+  uint32_t track(const std::shared_ptr<VerbsRequest>& req) {
+    const uint32_t id = next_id_++;
+    inflight_[id] = req;
+    return id;
+  }
+
+  // Runs `post_fn` now if the send queue has room, else when completions make room.
+  void submit(int peer, std::function<bool()> post_fn) {
+    Peer& p = peers_[peer];
+    if (p.failure) {
+      fail_all_of(peer);
+      return;
+    }
+    if (p.backlog.empty() && p.outstanding < kSendDepth && post_fn()) return;
+    p.backlog.push_back(std::move(post_fn));
+  }
+
+  bool post(int peer, ibv_send_wr& wr, uint32_t id) {
+    ibv_send_wr* bad = nullptr;
+    if (const int e = ibv_post_send(peers_[peer].qp, &wr, &bad)) {
+      auto it = inflight_.find(id);
+      if (it != inflight_.end()) {
+        it->second->fail("ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
+                         " failed: " + errno_text(e));
+      }
+      return true;  // consumed (as a failure)
+    }
+    ++peers_[peer].outstanding;
+    return true;
+  }
+
+  void drain_backlog(int peer) {
+    Peer& p = peers_[peer];
+    while (!p.backlog.empty() && p.outstanding < kSendDepth) {
+      if (!p.backlog.front()()) break;
+      p.backlog.pop_front();
+    }
+  }
+
+  void deliver(VerbsRequest& req, const Bytes& payload) {
+    if (payload.size() > req.recv_capacity) {
+      req.fail("control message of " + std::to_string(payload.size()) + " bytes from rank " +
+               std::to_string(req.peer()) + " exceeds the receive buffer of " +
+               std::to_string(req.recv_capacity));
+      return;
+    }
+    if (!payload.empty()) std::memcpy(req.recv_buffer, payload.data(), payload.size());
+    req.complete(payload.size());
+  }
+
+  void handle(const ibv_wc& wc) {
+    const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
+    const int peer = static_cast<int>((wc.wr_id >> 32) & 0x3fffffff);
+    const uint32_t id = static_cast<uint32_t>(wc.wr_id);
+    if (wc.status != IBV_WC_SUCCESS) {
+      mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
+                            "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
+                            " QP to rank " + std::to_string(peer));
+      if (kind != kRecvWr) complete_send(peer, id, false);
+      return;
+    }
+    if (kind == kRecvWr) {
+      if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        const auto key = std::make_pair(peer, ntohl(wc.imm_data));
+        auto it = expects_.find(key);
+        if (it != expects_.end()) {
+          it->second->complete(wc.byte_len);
+          expects_.erase(it);
+        } else {
+          arrived_.insert(key);
+        }
+      } else {
+        const uint8_t* buf = recv_buffer(peer, static_cast<int>(id));
+        uint64_t tag = 0;
+        std::memcpy(&tag, buf, 8);
+        Bytes payload(buf + 8, buf + std::max<uint32_t>(wc.byte_len, 8));
+        const auto key = std::make_pair(peer, tag);
+        auto it = pending_recvs_.find(key);
+        if (it != pending_recvs_.end()) {
+          deliver(static_cast<VerbsRequest&>(*it->second), payload);
+          pending_recvs_.erase(it);
+        } else {
+          unexpected_[key] = std::move(payload);
+        }
+      }
+      post_recv(peer, static_cast<int>(id));
+      return;
+    }
+    complete_send(peer, id, true);
+  }
+
+  void complete_send(int peer, uint32_t id, bool ok) {
+    Peer& p = peers_[peer];
+    if (p.outstanding > 0) --p.outstanding;
+    auto it = inflight_.find(id);
+    if (it != inflight_.end()) {
+      auto* req = static_cast<VerbsRequest*>(it->second.get());
+      if (req->send_slot >= 0) {
+        p.free_send.push_back(req->send_slot);
+        req->send_slot = -1;
+      }
+      if (--req->pieces <= 0 || !ok) {
+        if (ok && req->state() == Request::State::Pending) req->complete();
+        if (!ok && req->state() == Request::State::Pending) {
+          req->fail(p.failure.value_or("send to rank " + std::to_string(peer) + " failed"));
+        }
+        inflight_.erase(it);
+      }
+    }
+    drain_backlog(peer);
+  }
+
+  void mark_failed(int peer, std::string why) {
+    if (peer < 0 || peer >= world_) return;
+    if (!peers_[peer].failure) peers_[peer].failure = std::move(why);
+    fail_all_of(peer);
+  }
+
+  void fail_all_of(int peer) {
+    const std::string why = *peers_[peer].failure;
+    for (auto& [id, req] : inflight_) {
+      if (req->peer() == peer && req->state() == Request::State::Pending) req->fail(why);
+    }
+    peers_[peer].backlog.clear();
+  }
+
+  bool drain_async() {
+    ibv_async_event ev;
+    bool any = false;
+    while (ibv_get_async_event(ctx_, &ev) == 0) {
+      any = true;
+      std::string what = ibv_event_type_str(ev.event_type);
+      for (int r = 0; r < world_; ++r) {
+        if ((ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+             ev.event_type == IBV_EVENT_QP_ACCESS_ERR) &&
+            ev.element.qp == peers_[r].qp) {
+          mark_failed(r, "async event '" + what + "' on " + choice_.device + " QP to rank " +
+                             std::to_string(r));
+        }
+      }
+      if (ev.event_type == IBV_EVENT_DEVICE_FATAL || ev.event_type == IBV_EVENT_PORT_ERR) {
+        for (int r = 0; r < world_; ++r) {
+          if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
+        }
+      }
+      ibv_ack_async_event(&ev);
+    }
+    return any;
+  }
+
+  ibv_context* ctx_ = nullptr;
+  VerbsDeviceChoice choice_;
+  ibv_port_attr port_attr_{};
+  ibv_gid gid_{};
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  bool armed_ = false;
+  unsigned unacked_events_ = 0;
+  int me_ = -1;
+  int world_ = 0;
+  std::vector<uint8_t> ctrl_pool_;
+  std::unique_ptr<MrEntry> ctrl_mr_;
+  std::vector<Peer> peers_;
+  PeerLiveness liveness_;
+  uint32_t next_id_ = 1;
+  std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
+  std::map<std::pair<int, uint32_t>, RequestPtr> expects_;
+  std::set<std::pair<int, uint32_t>> arrived_;
+  std::map<std::pair<int, uint64_t>, RequestPtr> pending_recvs_;
+  std::map<std::pair<int, uint64_t>, Bytes> unexpected_;
+  std::map<std::pair<uintptr_t, size_t>, std::shared_ptr<MrEntry>> cache_;
+  uint64_t registrations_ = 0;
+};
+
+}  // namespace
+
+VerbsDeviceChoice probe_verbs_device() {
+  ibv_fork_init();
+  OpenDevice dev = open_device();
+  if (dev.ctx) ibv_close_device(dev.ctx);
+  return dev.choice;
+}
+
+std::unique_ptr<Transport> create_verbs_transport() {
+  return std::make_unique<VerbsTransport>();
+}
+
+}  // namespace rdmacoll::transport
