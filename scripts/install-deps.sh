@@ -7,6 +7,7 @@ packages=(
   libhwloc-dev                    # topology
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core  # verbs transport
   libgtest-dev googletest         # tests
+  qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
 )
 missing=()
 for p in "${packages[@]}"; do

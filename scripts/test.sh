@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs, builds and runs the whole suite: a normal build, then ASan+UBSan and TSan builds.
+# Installs, builds and runs the whole suite: a normal build, ASan+UBSan and TSan builds, then
+# the verbs suite on SoftRoCE inside QEMU VMs (one VM, then two joined by a virtual cable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,3 +23,5 @@ echo "== ctest (TSan)"
 # transport needs no memory events, so TSan runs without them.
 (cd build-tsan && UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1 \
   ctest --output-on-failure -j "$jobs" --timeout 900 -LE install)
+echo "== SoftRoCE (verbs over rdma_rxe in QEMU)"
+bash tests/softroce/run-suite.sh build

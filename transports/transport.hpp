@@ -126,6 +126,9 @@ class Transport {
   // Blocks until progress may be possible or `deadline` passes.
   virtual void wait_for_event(Clock::time_point deadline) = 0;
 
+  // Memory registrations actually made (registration-cache misses), for tests and logs.
+  virtual uint64_t registrations() const { return 0; }
+
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
   virtual std::optional<std::string> peer_failure(int peer) = 0;
 };

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/debug.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/store.hpp"
 #include "common/log.hpp"
@@ -289,6 +290,12 @@ int get_world_size(const Group& group) {
 std::string transport_name() {
   return require_context("transport_name").transport->name();
 }
+
+namespace detail {
+uint64_t memory_registrations() {
+  return require_context("memory_registrations").transport->registrations();
+}
+}  // namespace detail
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {
   Context& ctx = require_context("new_group");

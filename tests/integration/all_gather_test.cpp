@@ -7,60 +7,18 @@
 
 #include <chrono>
 
-#include "multirank.hpp"
+#include "gather_check.hpp"
 
 namespace rdmacoll {
 namespace {
 
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::expected_value;
+using testing::gather_and_check;
+using testing::input_value;
 using testing::run_ranks;
 using testing::RunOptions;
-
-// Small integers: exact in every dtype. Bool inputs alternate 0/1.
-double input_value(int rank, int64_t i, int iter, DType dt) {
-  const int64_t raw = (rank * 31 + i * 7 + iter * 13) % 100;
-  return dt == DType::Bool ? static_cast<double>(raw % 2) : static_cast<double>(1 + raw);
-}
-
-double expected_value(int rank, int64_t i, int iter, DType in, DType out) {
-  const double v = input_value(rank, i, iter, in);
-  return out == DType::Bool ? (v != 0.0 ? 1.0 : 0.0) : v;
-}
-
-// One checked gather on `group`: the output starts with values that differ from every expected
-// one, so a missing or misplaced write is caught.
-void gather_and_check(const Group& group, int64_t n, DType in_dt, DType out_dt, bool stacked,
-                      int iter = 0) {
-  const int p = group.is_default() ? get_world_size() : group.size();
-  const int me = group.is_default() ? get_rank() : group.rank();
-  Tensor in = zeros({n}, in_dt);
-  for (int64_t i = 0; i < n; ++i)
-    in.set(i, input_value(me, i, iter, in_dt));
-  Tensor out = stacked ? zeros({p, n}, out_dt) : zeros({p * n}, out_dt);
-  for (int r = 0; r < p; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      const double e = expected_value(r, i, iter, in_dt, out_dt);
-      out.set(r * n + i, out_dt == DType::Bool ? 1.0 - e : e + 1);
-    }
-  }
-  all_gather_into_tensor(out, in, group);
-  for (int r = 0; r < p; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      const double got = out.item(r * n + i);
-      const double want = expected_value(r, i, iter, in_dt, out_dt);
-      RANK_CHECK(got == want, "rank " << me << " of " << p << ", chunk " << r << " element " << i
-                                      << " of " << n << " (" << dtype_name(in_dt) << " -> "
-                                      << dtype_name(out_dt) << (stacked ? ", stacked" : ", flat")
-                                      << ", iter " << iter << "): got " << got << ", want "
-                                      << want);
-    }
-  }
-}
-
-void expect_all_ok(const std::vector<testing::RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " failed; " << testing::describe(results);
-  }
-}
 
 class GroupSize : public ::testing::TestWithParam<int> {};
 
@@ -174,20 +132,6 @@ TEST(AllGather, ThousandCallsFreshBuffers) {
 }
 
 // ---- errors ------------------------------------------------------------------------------------
-
-template <typename E>
-void expect_throw_with(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const E& e) {
-    RANK_CHECK(std::string(e.what()).find(needle) != std::string::npos,
-               "message '" << e.what() << "' lacks '" << needle << "'");
-    return;
-  } catch (const std::exception& e) {
-    RANK_CHECK(false, "wrong exception type: " << e.what());
-  }
-  RANK_CHECK(false, "no exception; expected one mentioning '" << needle << "'");
-}
 
 TEST(AllGatherErrors, MismatchedSizesRaiseOnEveryRankAndGroupStaysUsable) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {

@@ -45,7 +45,12 @@ std::map<int, std::vector<double>> values_by_rank(const std::string& out) {
     if (l.empty() || l[0] != '[' || close == std::string::npos) continue;
     const int rank = std::atoi(l.c_str() + 1);
     const std::string body = l.substr(close + 2);
-    if (body.find("tensor") == std::string::npos && body.find('[') == std::string::npos) continue;
+    // A tensor starts with "tensor(" and continues on lines of spaces then '['; skip the rest
+    // (log lines, messages).
+    const size_t first = body.find_first_not_of(' ');
+    const bool tensor_line = body.rfind("tensor(", 0) == 0 ||
+                             (first != std::string::npos && first > 0 && body[first] == '[');
+    if (!tensor_line) continue;
     for (size_t i = 0; i < body.size();) {
       const char c = body[i];
       if (std::isdigit(static_cast<unsigned char>(c)) ||

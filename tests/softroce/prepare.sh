@@ -11,8 +11,9 @@ fail() { echo "prepare: $*" >&2; exit 1; }
 busybox=$(command -v busybox) || fail "busybox missing (apt-get install busybox-static)"
 { ldd "$busybox" 2>&1 || true; } | grep -q 'not a dynamic executable' || fail "$busybox must be static (busybox-static)"
 
-pkg=${RDMACOLL_VM_KERNEL_PKG:-$(apt-cache depends linux-image-amd64 2>/dev/null |
-  awk '/Depends: linux-image-[0-9]/{print $2; exit}')}
+resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+pkg=${RDMACOLL_VM_KERNEL_PKG:-$(resolve)}
+if [ -z "$pkg" ]; then apt-get update -qq >&2; pkg=$(resolve); fi
 [ -n "$pkg" ] || fail "cannot resolve linux-image-amd64; run apt-get update"
 case $pkg in *cloud*) fail "cloud kernels have no rdma_rxe" ;; esac
 kdir=$work/kernel/$pkg

@@ -288,6 +288,10 @@ class VerbsTransport final : public Transport {
         post_recv(r, s);
     }
     liveness_.reset(hosts);
+    for (int r = 0; r < world_; ++r) {
+      if (r == my_rank) continue;
+      if (auto gone = liveness_.watch(r)) mark_failed(r, *gone);
+    }
   }
 
   std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override {
@@ -456,6 +460,8 @@ class VerbsTransport final : public Transport {
       armed_ = false;
     }
   }
+
+  uint64_t registrations() const override { return registrations_; }
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;

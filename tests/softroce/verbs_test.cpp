@@ -1,0 +1,135 @@
+// The verbs test list, run inside the SoftRoCE VM (tests/softroce/run-suite.sh) with
+// RDMACOLL_TRANSPORT=verbs: real libibverbs against rdma_rxe. Sizes stay at MiB scale because
+// SoftRoCE under TCG moves a few MB/s.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include "api/debug.hpp"
+#include "gather_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::gather_and_check;
+using testing::input_value;
+using testing::run_ranks;
+using testing::RunOptions;
+
+void require_verbs() { RANK_CHECK(transport_name() == "verbs", "transport is " << transport_name()); }
+
+class VerbsGroupSize : public ::testing::TestWithParam<int> {};
+
+TEST_P(VerbsGroupSize, OneElementToOneMiBFlatAndStacked) {
+  expect_all_ok(run_ranks(GetParam(), [](int, int) {
+    require_verbs();
+    gather_and_check({}, 1, DType::Float32, DType::Float32, false);
+    gather_and_check({}, 13, DType::Int8, DType::Int8, true);
+    gather_and_check({}, 1001, DType::Int64, DType::Float32, false);
+    gather_and_check({}, 16384, DType::Float32, DType::Float32, true);       // 64 KiB
+    gather_and_check({}, (1 << 20) / 4, DType::Float32, DType::Float32, false);  // 1 MiB
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, VerbsGroupSize, ::testing::Values(2, 3, 4));
+
+TEST(Verbs, Subgroup) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    require_verbs();
+    Group g = new_group({0, 2});
+    if (g.is_member()) gather_and_check(g, 100, DType::Float64, DType::Float64, false);
+    gather_and_check({}, 5, DType::Int32, DType::Int32, false);
+    (void)rank;
+  }));
+}
+
+TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = 256;
+    Tensor in = zeros({n}, DType::Float32);
+    Tensor out = zeros({world * n}, DType::Float32);
+    all_gather_into_tensor(out, in);
+    const uint64_t before = detail::memory_registrations();
+    for (int iter = 0; iter < 100; ++iter) {
+      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      all_gather_into_tensor(out, in);
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
+                     "iter " << iter << " chunk " << r << " element " << i);
+        }
+      }
+    }
+    RANK_CHECK(detail::memory_registrations() == before,
+               "registered " << detail::memory_registrations() - before << " times for reused buffers");
+  }));
+}
+
+// Fresh mappings each call, often at the address just unmapped: a stale registration would
+// point the peer's write at the old pages and the check would see the sentinel.
+TEST(Verbs, HundredCallsOnFreshlyMappedBuffers) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = 4096;
+    const size_t bytes = static_cast<size_t>(world * n) * 4;
+    for (int iter = 0; iter < 100; ++iter) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      RANK_CHECK(p != MAP_FAILED, "mmap");
+      Tensor out = Tensor::view(p, DType::Float32, {world * n});
+      for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -1);
+      Tensor in = zeros({n}, DType::Float32);
+      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      all_gather_into_tensor(out, in);
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
+                     "iter " << iter << " chunk " << r << " element " << i);
+        }
+      }
+      ::munmap(p, bytes);
+    }
+  }));
+}
+
+TEST(Verbs, MismatchedSizesRaiseOnEveryRank) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = rank == 1 ? 3 : 2;
+    Tensor in = zeros({n}), out = zeros({world * n});
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
+    gather_and_check({}, 4, DType::Float32, DType::Float32, false);
+  }));
+}
+
+TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};
+  opt.kill_on_failure = false;
+  auto results = run_ranks(3, [](int rank, int world) {
+    require_verbs();
+    Tensor in = zeros({64}), out = zeros({world * 64});
+    for (int iter = 0; iter < 100000; ++iter) {
+      if (rank == 2 && iter == 5) ::raise(SIGKILL);
+      try {
+        all_gather_into_tensor(out, in);
+      } catch (const PeerFailure& e) {
+        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+        std::_Exit(0);
+      } catch (const Timeout& e) {
+        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+        std::_Exit(0);
+      }
+    }
+    RANK_CHECK(false, "never noticed the dead peer");
+  }, opt);
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace rdmacoll
