@@ -1,6 +1,7 @@
 #!/bin/sh
 # PID 1 of the SoftRoCE guest (busybox). Loads the shipped modules, mounts the host's root
-# read-only over 9p under a tmpfs overlay, mounts the run folder read-write at its host path,
+# read-only over 9p under a tmpfs overlay (so the host's /tmp, where CI may build, stays visible),
+# mounts the run folder read-write at its host path,
 # brings up eth0 and rxe0, runs <run>/cmd.sh chrooted into the host root, stores its exit
 # status in <run>/rc and powers off. Parameters: vm.run= vm.ip= vm.timeout= on the cmdline.
 export PATH=/bin:/sbin
@@ -41,7 +42,6 @@ mount -t devtmpfs devtmpfs $r/dev
 mkdir -p $r/dev/pts $r/dev/shm
 mount -t devpts devpts $r/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs $r/dev/shm
-mount -t tmpfs -o mode=1777 tmpfs $r/tmp
 mount -t tmpfs -o mode=755 tmpfs $r/run
 [ -n "$run" ] || fail "no vm.run= given"
 mkdir -p "$r$run"
