@@ -143,15 +143,8 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
 // all ranks agree; =verbs without a usable device is an error, never a silent fallback.
 transport::TransportKind agree_on_transport(Context& ctx) {
   const transport::TransportKind wanted = transport_from_env();
-  if (wanted == transport::TransportKind::Ucx) return wanted;
+  if (wanted != transport::TransportKind::Auto) return wanted;  // checked before the rendezvous
   const std::optional<std::string> why_not = transport::verbs_unusable_reason();
-  if (wanted == transport::TransportKind::Verbs) {
-    if (why_not) {
-      throw TransportError("RDMACOLL_TRANSPORT=verbs, but rank " + std::to_string(ctx.rank) +
-                           " cannot use verbs: " + *why_not);
-    }
-    return wanted;
-  }
   ctx.store->set("rdmacoll/verbs/" + std::to_string(ctx.rank), why_not ? "0" + *why_not : "1");
   std::string first_reason;
   const auto all = gather_from_all(ctx, "rdmacoll/verbs/");
@@ -235,6 +228,13 @@ void init_process_group(const InitOptions& options) {
       bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
   ctx->rank = rv.rank;
   ctx->world_size = rv.world_size;
+  if (transport_from_env() == transport::TransportKind::Verbs) {
+    // Fail fast, before any rendezvous, so no rank is left waiting for this one.
+    if (const auto why_not = transport::verbs_unusable_reason()) {
+      throw TransportError("RDMACOLL_TRANSPORT=verbs, but rank " + std::to_string(ctx->rank) +
+                           " cannot use verbs: " + *why_not);
+    }
+  }
   ctx->timeout = options.timeout ? *options.timeout : timeout_from_env();
   const auto deadline = transport::Clock::now() + ctx->timeout;
   if (ctx->rank == 0) {

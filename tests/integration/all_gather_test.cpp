@@ -199,6 +199,23 @@ TEST(AllGatherErrors, NonMemberGroupIsAClearError) {
   }));
 }
 
+TEST(Transport, AutoFallsBackToUcxAndForcedVerbsWithoutDeviceIsAClearError) {
+  if (std::getenv("RDMACOLL_IN_VM")) GTEST_SKIP() << "this machine has an RDMA device";
+  expect_all_ok(run_ranks(2, [](int, int) {
+    RANK_CHECK(transport_name() == "ucx", "auto chose " << transport_name());
+  }));
+  RunOptions opt;
+  opt.init = false;
+  opt.env = {{"RDMACOLL_TRANSPORT", "verbs"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int, int) {
+        expect_throw_with<TransportError>([] { init_process_group(); },
+                                          "RDMACOLL_TRANSPORT=verbs, but rank");
+      },
+      opt));
+}
+
 TEST(AllGatherErrors, RankThatNeverArrivesGivesTimeout) {
   RunOptions opt;
   opt.init = false;
