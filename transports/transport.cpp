@@ -6,10 +6,11 @@
 
 namespace rdmacoll::transport {
 
-std::unique_ptr<Transport> create_transport(TransportKind kind) {
+std::unique_ptr<Transport> create_transport(TransportKind kind,
+                                            const std::string& preferred_device) {
   switch (kind) {
     case TransportKind::Verbs:
-      return create_verbs_transport();
+      return create_verbs_transport(preferred_device);
     case TransportKind::Auto:
     case TransportKind::Ucx:
       return create_ucx_transport();

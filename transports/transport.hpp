@@ -145,7 +145,10 @@ enum class TransportKind { Auto, Ucx, Verbs };
 
 // Creates the transport for `kind` (Verbs or Ucx; the caller resolves Auto, since every rank
 // must agree). Throws TransportError with the reason when the kind is unavailable.
-std::unique_ptr<Transport> create_transport(TransportKind kind);
+// `preferred_device`: the RDMA device nearest this rank (topology), used by verbs when it has an
+// ACTIVE port and RDMACOLL_IB_DEVICE does not say otherwise.
+std::unique_ptr<Transport> create_transport(TransportKind kind,
+                                            const std::string& preferred_device = "");
 
 // Why this process cannot use the verbs transport (no ACTIVE RDMA port, ...), or nullopt.
 std::optional<std::string> verbs_unusable_reason();

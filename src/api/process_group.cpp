@@ -19,6 +19,7 @@
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "rdmacoll/errors.hpp"
+#include "topology/topology.hpp"
 #include "transports/transport.hpp"
 
 namespace rdmacoll {
@@ -37,6 +38,7 @@ struct Context {
   std::unique_ptr<engine::Engine> engine;
   std::shared_ptr<GroupState> world;
   uint32_t next_group_id = 1;
+  std::vector<topology::LocalPlacement> placements;  // every rank's, index = global rank
 };
 
 std::unique_ptr<Context>& context() {
@@ -159,6 +161,31 @@ transport::TransportKind agree_on_transport(Context& ctx) {
   return transport::TransportKind::Ucx;
 }
 
+bool flat_topology() {
+  const char* v = std::getenv("RDMACOLL_TOPOLOGY");
+  const std::string s = v ? v : "auto";
+  if (s == "flat") return true;
+  if (s == "auto" || s.empty()) return false;
+  throw InvalidArgument("RDMACOLL_TOPOLOGY: expected auto or flat, got '" + s + "'");
+}
+
+// Virtual orders for a group whose members (in group rank order) have these placements.
+void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members) {
+  std::vector<std::string> hosts;
+  for (const auto& m : members)
+    hosts.push_back(m.host);
+  const topology::Layout layout = topology::layout_of(hosts);
+  g.hosts = layout.hosts;
+  if (flat_topology()) {
+    g.order.resize(members.size());
+    std::iota(g.order.begin(), g.order.end(), 0);
+    g.ring_order = g.order;
+  } else {
+    g.order = topology::interleaved_order(layout);
+    g.ring_order = topology::host_major_order(layout);
+  }
+}
+
 void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int rank,
                            std::string& error) {
   const int64_t n = input.numel();
@@ -253,7 +280,13 @@ void init_process_group(const InitOptions& options) {
                           " but rank 0 has " + their_size);
   }
 
-  ctx->transport = transport::create_transport(agree_on_transport(*ctx));
+  // Where every rank runs (hwloc): host, NUMA node, nearest NIC; drives the rank orders.
+  const topology::LocalPlacement here = topology::probe();
+  ctx->store->set("rdmacoll/topo/" + std::to_string(ctx->rank), here.serialize());
+  for (const auto& b : gather_from_all(*ctx, "rdmacoll/topo/")) {
+    ctx->placements.push_back(topology::LocalPlacement::parse(std::string(b.begin(), b.end())));
+  }
+  ctx->transport = transport::create_transport(agree_on_transport(*ctx), here.nic);
   ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
                   ctx->transport->address(ctx->rank, ctx->world_size));
   ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
@@ -263,11 +296,12 @@ void init_process_group(const InitOptions& options) {
   ctx->world->id = 0;
   ctx->world->members.resize(ctx->world_size);
   std::iota(ctx->world->members.begin(), ctx->world->members.end(), 0);
-  ctx->world->order = ctx->world->members;
+  apply_topology(*ctx->world, ctx->placements);
   ctx->world->rank = ctx->rank;
   ctx->world->timeout = ctx->timeout;
   if (ctx->rank == 0) {
-    log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks, transport=" +
+    log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks on " +
+              std::to_string(ctx->world->hosts) + " host(s), transport=" +
               ctx->transport->describe() + ", rendezvous " + ctx->store->address());
   }
   context() = std::move(ctx);
@@ -313,8 +347,10 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   g->id = ctx.next_group_id++;
   if (g->id >= (1u << 14)) throw InvalidArgument("new_group: too many groups (limit 16383)");
   g->members = sorted;
-  g->order.resize(sorted.size());
-  std::iota(g->order.begin(), g->order.end(), 0);
+  std::vector<topology::LocalPlacement> member_placements;
+  for (int r : sorted)
+    member_placements.push_back(ctx.placements[r]);
+  apply_topology(*g, member_placements);
   const auto it = std::find(sorted.begin(), sorted.end(), ctx.rank);
   g->rank = it == sorted.end() ? -1 : static_cast<int>(it - sorted.begin());
   g->timeout = timeout ? *timeout : ctx.timeout;

@@ -27,23 +27,16 @@ namespace rdmacoll::engine {
 using transport::Clock;
 using transport::RequestPtr;
 
-schedule::Algorithm choose_algorithm(int p) {
+schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
   const char* v = std::getenv("RDMACOLL_ALGO");
   const std::string s = v ? v : "auto";
-  if (s == "rd") {
-    if (!schedule::is_power_of_two(p)) {
-      throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " +
-                            std::to_string(p) + " ranks");
-    }
-    return schedule::Algorithm::RecursiveDoubling;
+  if (s == "auto" || s.empty()) return schedule::choose_algorithm(p, bytes_per_rank, hosts);
+  const schedule::Algorithm a = schedule::parse_algorithm(s);
+  if (a == schedule::Algorithm::RecursiveDoubling && !schedule::is_power_of_two(p)) {
+    throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " + std::to_string(p) +
+                          " ranks");
   }
-  if (s == "bruck") return schedule::Algorithm::Bruck;
-  if (s == "direct") return schedule::Algorithm::Direct;
-  if (s != "auto") {
-    throw InvalidArgument("RDMACOLL_ALGO: expected auto, rd, bruck or direct, got '" + s + "'");
-  }
-  return schedule::is_power_of_two(p) ? schedule::Algorithm::RecursiveDoubling
-                                      : schedule::Algorithm::Bruck;
+  return a;
 }
 
 namespace {
@@ -231,13 +224,16 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
   }
 }
 
-const schedule::Schedule& schedule_for(GroupState& g) {
-  const schedule::Algorithm a = choose_algorithm(g.size());
+const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {
+  const schedule::Algorithm a = choose_algorithm(g.size(), bytes_per_rank, g.hosts);
   auto it = g.schedules.find(a);
   if (it == g.schedules.end()) {
-    it = g.schedules.emplace(a, schedule::make_schedule(a, g.order, g.rank)).first;
+    const auto& order = a == schedule::Algorithm::Ring ? g.ring_order : g.order;
+    it = g.schedules.emplace(a, schedule::make_schedule(a, order, g.rank)).first;
     log::info(g.describe() + ": all_gather algorithm " + schedule::algorithm_name(a) + ", " +
-              std::to_string(it->second.steps.size()) + " steps");
+              std::to_string(it->second.steps.size()) + " steps, " +
+              std::to_string(bytes_per_rank) + " bytes per rank, " + std::to_string(g.hosts) +
+              " host(s)");
   }
   return it->second;
 }
@@ -285,7 +281,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   check_descriptors(call, all);
   if (chunk == 0) return;
 
-  const schedule::Schedule& sched = schedule_for(g);
+  const schedule::Schedule& sched = schedule_for(g, chunk);
   // Post every expected arrival up front; remember where each step's arrivals end.
   std::vector<size_t> recv_end;
   for (const auto& step : sched.steps) {

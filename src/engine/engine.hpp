@@ -34,7 +34,7 @@ class Engine {
   transport::Transport& transport_;
 };
 
-// RDMACOLL_ALGO (auto|rd|bruck|direct) resolved for a group of p ranks.
-schedule::Algorithm choose_algorithm(int p);
+// RDMACOLL_ALGO (auto|rd|bruck|ring|direct) resolved for a group of p ranks.
+schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
 
 }  // namespace rdmacoll::engine

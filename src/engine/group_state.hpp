@@ -15,10 +15,12 @@ namespace rdmacoll {
 
 class GroupState {
  public:
-  uint32_t id = 0;           // 0 is the world; new_group() numbers the rest in call order
-  std::vector<int> members;  // global ranks, in group rank order
-  int rank = -1;             // this process's group rank, -1 for a non-member
-  std::vector<int> order;    // virtual order for schedules (identity: flat topology)
+  uint32_t id = 0;              // 0 is the world; new_group() numbers the rest in call order
+  std::vector<int> members;     // global ranks, in group rank order
+  int rank = -1;                // this process's group rank, -1 for a non-member
+  std::vector<int> order;       // virtual order for rd/bruck: host index in the low bits
+  std::vector<int> ring_order;  // ring order: each host's ranks contiguous
+  int hosts = 1;                // hosts the group spans
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
   std::optional<std::string> broken;  // set after a failure that left ranks out of step

@@ -12,6 +12,8 @@ std::string algorithm_name(Algorithm a) {
       return "rd";
     case Algorithm::Bruck:
       return "bruck";
+    case Algorithm::Ring:
+      return "ring";
     case Algorithm::Direct:
       return "direct";
   }
@@ -45,10 +47,21 @@ Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank) {
       return recursive_doubling(order, rank);
     case Algorithm::Bruck:
       return bruck(order, rank);
+    case Algorithm::Ring:
+      return ring(order, rank);
     case Algorithm::Direct:
       return direct(order, rank);
   }
   throw InvalidArgument("unknown algorithm");
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  for (Algorithm a :
+       {Algorithm::RecursiveDoubling, Algorithm::Bruck, Algorithm::Ring, Algorithm::Direct}) {
+    if (algorithm_name(a) == name) return a;
+  }
+  throw InvalidArgument("RDMACOLL_ALGO: expected auto, rd, bruck, ring or direct, got '" + name +
+                        "'");
 }
 
 }  // namespace rdmacoll::schedule

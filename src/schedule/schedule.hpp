@@ -4,6 +4,7 @@
 // final offsets) and receives ranges from its peers. Chunk i is group rank i's contribution.
 // Executing a schedule (src/engine/) is separate from computing it (here, no network).
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ struct Step {
   std::vector<Transfer> recvs;
 };
 
-enum class Algorithm { RecursiveDoubling, Bruck, Direct };
+enum class Algorithm { RecursiveDoubling, Bruck, Ring, Direct };
 
 struct Schedule {
   Algorithm algorithm;
@@ -36,10 +37,17 @@ std::string algorithm_name(Algorithm a);
 // flat topology. Each function returns the schedule of group rank `rank`.
 Schedule recursive_doubling(const std::vector<int>& order, int rank);  // p a power of two
 Schedule bruck(const std::vector<int>& order, int rank);               // any p
+Schedule ring(const std::vector<int>& order, int rank);                // any p, p-1 steps
 Schedule direct(const std::vector<int>& order, int rank);              // any p, one step
 
-// RecursiveDoubling for powers of two, Bruck otherwise (Direct when forced).
 Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank);
+
+// Parses "rd", "bruck", "ring", "direct" (throws InvalidArgument otherwise).
+Algorithm parse_algorithm(const std::string& name);
+
+// The selector: picks an algorithm from the group size, the bytes each rank contributes and
+// the number of hosts the group spans. Thresholds and their measurements: selector.cpp.
+Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
 
 bool is_power_of_two(int p);
 

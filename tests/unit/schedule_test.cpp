@@ -83,6 +83,7 @@ TEST(Schedule, EveryAlgorithmEveryGroupSize) {
       SCOPED_TRACE("p=" + std::to_string(p) + " trial " + std::to_string(trial));
       if (is_power_of_two(p)) simulate(Algorithm::RecursiveDoubling, order);
       simulate(Algorithm::Bruck, order);
+      simulate(Algorithm::Ring, order);
       simulate(Algorithm::Direct, order);
     }
   }

@@ -67,7 +67,7 @@ struct OpenDevice {
 };
 
 // Opens the chosen device (caller closes ctx) or explains why there is none.
-OpenDevice open_device() {
+OpenDevice open_device(const std::string& preferred = "") {
   OpenDevice out;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -77,6 +77,11 @@ OpenDevice open_device() {
     return out;
   }
   const char* want_dev = env("RDMACOLL_IB_DEVICE");
+  // The topology's nearest NIC goes first when it has an ACTIVE port; the others follow.
+  if (!want_dev && !preferred.empty()) {
+    std::stable_partition(list, list + n,
+                          [&](ibv_device* d) { return preferred == ibv_get_device_name(d); });
+  }
   const char* want_port = env("RDMACOLL_IB_PORT");
   const char* want_gid = env("RDMACOLL_GID_INDEX");
   std::string seen;
@@ -175,9 +180,9 @@ std::recursive_mutex g_cache_mutex;
 
 class VerbsTransport final : public Transport {
  public:
-  VerbsTransport() {
+  explicit VerbsTransport(const std::string& preferred_device) {
     ibv_fork_init();  // before any registration: fork()ed children must not corrupt our MRs
-    OpenDevice dev = open_device();
+    OpenDevice dev = open_device(preferred_device);
     if (!dev.ctx) throw TransportError("verbs: " + dev.choice.reason);
     ctx_ = dev.ctx;
     choice_ = dev.choice;
@@ -752,8 +757,8 @@ VerbsDeviceChoice probe_verbs_device() {
   return dev.choice;
 }
 
-std::unique_ptr<Transport> create_verbs_transport() {
-  return std::make_unique<VerbsTransport>();
+std::unique_ptr<Transport> create_verbs_transport(const std::string& preferred_device) {
+  return std::make_unique<VerbsTransport>(preferred_device);
 }
 
 }  // namespace rdmacoll::transport

@@ -27,6 +27,6 @@ struct VerbsDeviceChoice {
 VerbsDeviceChoice probe_verbs_device();
 
 // Throws TransportError naming the reason when no usable device/port exists.
-std::unique_ptr<Transport> create_verbs_transport();
+std::unique_ptr<Transport> create_verbs_transport(const std::string& preferred_device = "");
 
 }  // namespace rdmacoll::transport

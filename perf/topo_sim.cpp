@@ -1,0 +1,95 @@
+// topo_sim: what each all-gather algorithm costs on a cluster layout, without a cluster.
+//   topo_sim --hosts 128 --ranks-per-host 8 --bytes 1M [--alpha-intra 1 --beta-intra 10
+//            --alpha-inter 3 --beta-inter 12.5]
+// For each algorithm (and order): steps, bytes each host sends off-host (max over hosts; all
+// equal for uniform layouts), total off-host bytes, and an alpha-beta time estimate.
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "schedule/simulate.hpp"
+#include "topology/topology.hpp"
+
+using namespace rdmacoll;
+
+namespace {
+uint64_t parse_bytes(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024;
+  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return static_cast<uint64_t>(v);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int hosts = 4, k = 2;
+  uint64_t m = 1 << 20;
+  schedule::AlphaBeta ab;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--hosts")
+      hosts = std::atoi(argv[i + 1]);
+    else if (a == "--ranks-per-host")
+      k = std::atoi(argv[i + 1]);
+    else if (a == "--bytes")
+      m = parse_bytes(argv[i + 1]);
+    else if (a == "--alpha-intra")
+      ab.alpha_intra_us = std::atof(argv[i + 1]);
+    else if (a == "--beta-intra")
+      ab.beta_intra_gbps = std::atof(argv[i + 1]);
+    else if (a == "--alpha-inter")
+      ab.alpha_inter_us = std::atof(argv[i + 1]);
+    else if (a == "--beta-inter")
+      ab.beta_inter_gbps = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const int p = hosts * k;
+  if (p < 1 || p > 4096) {
+    std::fprintf(stderr, "need 1..4096 ranks, got %d\n", p);
+    return 2;
+  }
+  std::vector<std::string> host_names;
+  for (int r = 0; r < p; ++r)
+    host_names.push_back("h" + std::to_string(r / k));  // host-major ranks
+  const topology::Layout layout = topology::layout_of(host_names);
+  const auto interleaved = topology::interleaved_order(layout);
+  const auto host_major = topology::host_major_order(layout);
+  std::printf("# %d hosts x %d ranks/host = %d ranks, %llu bytes per rank\n", hosts, k, p,
+              static_cast<unsigned long long>(m));
+  std::printf("# alpha/beta intra %.2f us / %.2f GB/s, inter %.2f us / %.2f GB/s per host NIC\n",
+              ab.alpha_intra_us, ab.beta_intra_gbps, ab.alpha_inter_us, ab.beta_inter_gbps);
+  std::printf("# minimum off-host bytes per host: k(N-1)m = %llu\n",
+              static_cast<unsigned long long>(static_cast<uint64_t>(k) * (hosts - 1) * m));
+  std::printf("%-28s %6s %20s %22s %14s\n", "algorithm (order)", "steps", "offhost/host (max)",
+              "offhost total", "est time (us)");
+  struct Row {
+    const char* name;
+    schedule::Algorithm a;
+    const std::vector<int>* order;
+  };
+  std::vector<Row> rows;
+  if (schedule::is_power_of_two(p)) {
+    rows.push_back({"rd (host bits low)", schedule::Algorithm::RecursiveDoubling, &interleaved});
+    rows.push_back({"rd (host-major)", schedule::Algorithm::RecursiveDoubling, &host_major});
+  }
+  rows.push_back({"bruck (host bits low)", schedule::Algorithm::Bruck, &interleaved});
+  rows.push_back({"bruck (host-major)", schedule::Algorithm::Bruck, &host_major});
+  rows.push_back({"ring (host-major)", schedule::Algorithm::Ring, &host_major});
+  rows.push_back({"direct", schedule::Algorithm::Direct, &host_major});
+  for (const Row& row : rows) {
+    const auto r = schedule::simulate(row.a, layout.host_of, *row.order, m, ab);
+    uint64_t worst = 0;
+    for (uint64_t b : r.offhost_bytes)
+      worst = std::max(worst, b);
+    std::printf("%-28s %6d %20llu %22llu %14.1f\n", row.name, r.steps,
+                static_cast<unsigned long long>(worst),
+                static_cast<unsigned long long>(r.total_offhost), r.time_us);
+  }
+}

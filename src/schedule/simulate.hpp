@@ -1,0 +1,30 @@
+#pragma once
+// A byte-counting simulator for all-gather schedules: steps, bytes each host sends off-host,
+// and an alpha-beta time estimate with separate intra- and inter-host parameters.
+
+#include <cstdint>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+
+namespace rdmacoll::schedule {
+
+struct AlphaBeta {
+  double alpha_intra_us = 1.0;    // per message between ranks of one host
+  double beta_intra_gbps = 10.0;  // GB/s per rank within a host
+  double alpha_inter_us = 3.0;    // per message across hosts
+  double beta_inter_gbps = 12.5;  // GB/s per host NIC (shared by the host's ranks)
+};
+
+struct SimResult {
+  int steps = 0;
+  std::vector<uint64_t> offhost_bytes;  // per host, bytes sent to other hosts
+  uint64_t total_offhost = 0;
+  double time_us = 0;
+};
+
+// host_of[rank] = host index; `order` is the virtual order the schedule is built with.
+SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vector<int>& order,
+                   uint64_t bytes_per_rank, const AlphaBeta& ab = {});
+
+}  // namespace rdmacoll::schedule

@@ -1,0 +1,99 @@
+// The one place that reads hwloc: this rank's host, NUMA node, package and nearest RDMA NIC.
+
+#include <hwloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "rdmacoll/errors.hpp"
+#include "topology/topology.hpp"
+
+namespace rdmacoll::topology {
+
+namespace {
+
+struct TopologyHandle {
+  hwloc_topology_t t = nullptr;
+  ~TopologyHandle() {
+    if (t) hwloc_topology_destroy(t);
+  }
+};
+
+struct Bitmap {
+  hwloc_bitmap_t b = hwloc_bitmap_alloc();
+  ~Bitmap() { hwloc_bitmap_free(b); }
+};
+
+// The object of `type` whose cpuset contains the whole binding, or -1 when it spans several.
+int enclosing_index(hwloc_topology_t t, hwloc_obj_type_t type, hwloc_const_cpuset_t binding) {
+  int found = -1;
+  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(t, type, nullptr); o;
+       o = hwloc_get_next_obj_by_type(t, type, o)) {
+    if (hwloc_bitmap_isincluded(binding, o->cpuset)) {
+      found = static_cast<int>(o->os_index);
+      break;
+    }
+  }
+  return found;
+}
+
+std::string host_identity() {
+  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return id;
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace
+
+LocalPlacement probe(const ProbeOptions& options) {
+  LocalPlacement p;
+  p.host = host_identity();
+  TopologyHandle topo;
+  if (hwloc_topology_init(&topo.t) != 0) throw Error("hwloc_topology_init failed");
+  hwloc_topology_set_io_types_filter(topo.t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (!options.xml_file.empty() && hwloc_topology_set_xml(topo.t, options.xml_file.c_str()) != 0) {
+    throw InvalidArgument("hwloc cannot read topology XML '" + options.xml_file + "'");
+  }
+  if (hwloc_topology_load(topo.t) != 0) throw Error("hwloc_topology_load failed");
+
+  Bitmap binding;
+  if (!options.bind_pus.empty()) {
+    for (int pu : options.bind_pus)
+      hwloc_bitmap_set(binding.b, static_cast<unsigned>(pu));
+  } else if (hwloc_get_cpubind(topo.t, binding.b, HWLOC_CPUBIND_PROCESS) != 0) {
+    hwloc_bitmap_copy(binding.b, hwloc_topology_get_topology_cpuset(topo.t));
+  }
+  p.numa_node = enclosing_index(topo.t, HWLOC_OBJ_NUMANODE, binding.b);
+  p.package = enclosing_index(topo.t, HWLOC_OBJ_PACKAGE, binding.b);
+
+  if (const char* forced = std::getenv("RDMACOLL_IB_DEVICE"); forced && *forced) {
+    p.nic = forced;
+    return p;
+  }
+  // Score each OpenFabrics device by how much of the binding its locality covers; prefer the
+  // tightest locality (a package's NIC over a machine-wide one) on equal cover.
+  int best_cover = -1;
+  int best_width = 0;
+  for (hwloc_obj_t o = hwloc_get_next_osdev(topo.t, nullptr); o;
+       o = hwloc_get_next_osdev(topo.t, o)) {
+    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || !o->name) continue;
+    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo.t, o);
+    if (!anc || !anc->cpuset) continue;
+    Bitmap common;
+    hwloc_bitmap_and(common.b, anc->cpuset, binding.b);
+    const int cover = hwloc_bitmap_weight(common.b);
+    const int width = hwloc_bitmap_weight(anc->cpuset);
+    const bool better = cover > best_cover || (cover == best_cover && width < best_width) ||
+                        (cover == best_cover && width == best_width && o->name < p.nic);
+    if (better) {
+      best_cover = cover;
+      best_width = width;
+      p.nic = o->name;
+    }
+  }
+  return p;
+}
+
+}  // namespace rdmacoll::topology

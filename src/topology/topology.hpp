@@ -1,0 +1,55 @@
+#pragma once
+// Topology: where each rank runs (host, NUMA node, package), which RDMA NIC is nearest to it,
+// and the virtual rank orders the schedules use. probe() is the only code that reads hwloc;
+// everything else here is plain data and pure functions.
+
+#include <string>
+#include <vector>
+
+namespace rdmacoll::topology {
+
+// What one rank learns about itself; exchanged through the rendezvous store.
+struct LocalPlacement {
+  std::string host;    // host identity (RDMACOLL_HOST_ID, else the hostname)
+  int numa_node = -1;  // NUMA node holding the rank's CPU binding; -1 if it spans several
+  int package = -1;    // likewise for the package (socket)
+  std::string nic;     // nearest RDMA device ("" when there is none)
+
+  std::string serialize() const;
+  static LocalPlacement parse(const std::string& text);
+};
+
+struct ProbeOptions {
+  std::string xml_file;       // hwloc XML to read instead of this machine (tests); "" = live
+  std::vector<int> bind_pus;  // PUs (OS indices) the rank is bound to; empty = its binding
+};
+
+// Reads hwloc. The NIC is the OpenFabrics device whose locality (its non-I/O ancestor) covers
+// the most of the binding: same package or NUMA node first; ties go to the lower name.
+// RDMACOLL_IB_DEVICE, when set, wins.
+LocalPlacement probe(const ProbeOptions& options = {});
+
+// Per rank: host index (hosts numbered by first appearance in rank order) and local index
+// (position among the ranks of its host, in rank order).
+struct Layout {
+  std::vector<int> host_of;   // rank -> host index
+  std::vector<int> local_of;  // rank -> local index
+  int hosts = 0;
+};
+Layout layout_of(const std::vector<std::string>& host_of_rank);
+
+// Virtual order for recursive doubling and Bruck (order[v] = rank): ranks dealt round-robin
+// over hosts, i.e. sorted by (local index, host index). For k ranks on each of N hosts (N a
+// power of two) this is v = local * N + host: the host index sits in the low bits, so the first
+// log2(N) steps, which move the fewest chunks, are the ones that cross hosts, and the off-host
+// bytes per host fall from k^2 (N-1) m (host-major order) to the minimum k (N-1) m. With uneven
+// ranks per host the deal still gives consecutive virtual ranks different hosts for as long as
+// hosts have ranks left, which keeps the small early steps off-host and the large late ones
+// local; correctness never depends on the order (every chunk lands at its real offset).
+std::vector<int> interleaved_order(const Layout& layout);
+
+// Order for the ring: each host's ranks contiguous (sorted by host, then local index), so one
+// pass around the ring crosses hosts only N times.
+std::vector<int> host_major_order(const Layout& layout);
+
+}  // namespace rdmacoll::topology

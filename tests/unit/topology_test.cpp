@@ -1,0 +1,147 @@
+// Rank orders, the byte-counting simulator and NIC choice (hwloc XML), without a network.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "schedule/simulate.hpp"
+#include "topology/topology.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using schedule::Algorithm;
+
+std::vector<std::string> host_major_names(int hosts, int k) {
+  std::vector<std::string> names;
+  for (int r = 0; r < hosts * k; ++r)
+    names.push_back("host" + std::to_string(r / k));
+  return names;
+}
+
+TEST(Topology, LayoutAndOrders) {
+  const auto l = topology::layout_of({"a", "a", "b", "b"});
+  EXPECT_EQ(l.hosts, 2);
+  EXPECT_EQ(l.host_of, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(l.local_of, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(topology::interleaved_order(l), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(topology::host_major_order(l), (std::vector<int>{0, 1, 2, 3}));
+  // Uneven: 3 ranks on x, 1 on y (ranks interleaved by the launcher): deal round-robin.
+  const auto u = topology::layout_of({"x", "y", "x", "x"});
+  EXPECT_EQ(topology::interleaved_order(u), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(topology::host_major_order(u), (std::vector<int>{0, 2, 3, 1}));
+}
+
+TEST(Topology, PlacementRoundTrip) {
+  topology::LocalPlacement p{"node 7", 1, 0, "mlx5_1"};
+  const auto q = topology::LocalPlacement::parse(p.serialize());
+  EXPECT_EQ(q.host, "node 7");
+  EXPECT_EQ(q.numa_node, 1);
+  EXPECT_EQ(q.package, 0);
+  EXPECT_EQ(q.nic, "mlx5_1");
+  EXPECT_EQ(
+      topology::LocalPlacement::parse(topology::LocalPlacement{"h", -1, -1, ""}.serialize()).nic,
+      "");
+}
+
+// The claim the topology is for: recursive doubling with the host index in the low bits sends
+// the minimum k (N-1) m bytes off each host; numbered host by host it sends k^2 (N-1) m.
+TEST(Simulator, TopologyOrderedRecursiveDoublingMeetsTheMinimum) {
+  const uint64_t m = 1000;
+  for (int hosts : {1, 2, 4, 8, 16, 32}) {
+    for (int k : {1, 2, 4, 8}) {
+      const auto l = topology::layout_of(host_major_names(hosts, k));
+      const auto good = schedule::simulate(Algorithm::RecursiveDoubling, l.host_of,
+                                           topology::interleaved_order(l), m);
+      const auto bad = schedule::simulate(Algorithm::RecursiveDoubling, l.host_of,
+                                          topology::host_major_order(l), m);
+      for (int h = 0; h < hosts; ++h) {
+        EXPECT_EQ(good.offhost_bytes[h], static_cast<uint64_t>(k) * (hosts - 1) * m)
+            << hosts << " hosts x " << k;
+        EXPECT_EQ(bad.offhost_bytes[h], static_cast<uint64_t>(k) * k * (hosts - 1) * m)
+            << hosts << " hosts x " << k;
+      }
+      if (k > 1 && hosts > 1) {
+        EXPECT_GT(bad.total_offhost, good.total_offhost);
+      }
+      EXPECT_EQ(good.steps, __builtin_ctz(static_cast<unsigned>(hosts * k)));
+    }
+  }
+}
+
+TEST(Simulator, RingCrossesEachHostBoundaryOnce) {
+  const uint64_t m = 10;
+  const auto l = topology::layout_of(host_major_names(4, 3));
+  const auto r = schedule::simulate(Algorithm::Ring, l.host_of, topology::host_major_order(l), m);
+  EXPECT_EQ(r.steps, 11);
+  for (uint64_t b : r.offhost_bytes)
+    EXPECT_EQ(b, 11u * m);  // (p-1) m
+}
+
+TEST(Simulator, RandomLayoutsNeverBeatTheMinimum) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 64);
+    const int hosts = 1 + static_cast<int>(rng() % std::min(p, 8));
+    std::vector<std::string> names;
+    for (int r = 0; r < p; ++r)
+      names.push_back("h" + std::to_string(rng() % hosts));
+    const auto l = topology::layout_of(names);
+    std::vector<uint64_t> per_host(l.hosts, 0);
+    for (int h : l.host_of)
+      ++per_host[h];
+    for (Algorithm a : {Algorithm::Bruck, Algorithm::Ring, Algorithm::Direct}) {
+      const auto& order =
+          a == Algorithm::Ring ? topology::host_major_order(l) : topology::interleaved_order(l);
+      const auto r = schedule::simulate(a, l.host_of, order, 1);
+      for (int h = 0; h < l.hosts; ++h) {
+        // Every host must ship each of its k_h chunks off-host at least once (if others exist).
+        if (l.hosts > 1) {
+          EXPECT_GE(r.offhost_bytes[h], per_host[h]);
+        }
+      }
+    }
+  }
+}
+
+TEST(Selector, PicksByGroupSizeAndBytes) {
+  EXPECT_EQ(schedule::choose_algorithm(2, 8, 1), Algorithm::Direct);
+  EXPECT_EQ(schedule::choose_algorithm(8, 8, 1), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(schedule::choose_algorithm(8, 64 << 20, 2), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(schedule::choose_algorithm(6, 1024, 1), Algorithm::Bruck);
+  EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 1), Algorithm::Ring);
+  EXPECT_EQ(schedule::parse_algorithm("ring"), Algorithm::Ring);
+  EXPECT_THROW(schedule::parse_algorithm("fast"), std::exception);
+}
+
+// Two packages with one NIC each (tests/unit/data/two_packages_two_nics.xml): each rank uses
+// the NIC of the package its CPUs are bound to.
+TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
+  unsetenv("RDMACOLL_IB_DEVICE");
+  const std::string xml = std::string(TEST_DATA_DIR) + "/two_packages_two_nics.xml";
+  auto p0 = topology::probe({xml, {0}});
+  EXPECT_EQ(p0.nic, "mlx5_0");
+  EXPECT_EQ(p0.numa_node, 0);
+  EXPECT_EQ(p0.package, 0);
+  auto p1 = topology::probe({xml, {3}});
+  EXPECT_EQ(p1.nic, "mlx5_1");
+  EXPECT_EQ(p1.numa_node, 1);
+  EXPECT_EQ(p1.package, 1);
+  auto both = topology::probe({xml, {2, 3}});
+  EXPECT_EQ(both.nic, "mlx5_1");
+  auto spanning = topology::probe({xml, {1, 2}});
+  EXPECT_EQ(spanning.numa_node, -1);  // bound across both packages
+  EXPECT_EQ(spanning.nic, "mlx5_0");  // equal cover: the lower name
+  setenv("RDMACOLL_IB_DEVICE", "mlx5_1", 1);
+  EXPECT_EQ(topology::probe({xml, {0}}).nic, "mlx5_1");
+  unsetenv("RDMACOLL_IB_DEVICE");
+}
+
+TEST(NicChoice, LiveMachineProbeWorks) {
+  const auto p = topology::probe();
+  EXPECT_FALSE(p.host.empty());
+}
+
+}  // namespace
+}  // namespace rdmacoll
