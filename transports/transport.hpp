@@ -129,8 +129,24 @@ class Transport {
   // Memory registrations actually made (registration-cache misses), for tests and logs.
   virtual uint64_t registrations() const { return 0; }
 
+  // Data bytes this process has written to `peer` with write() (not control messages).
+  uint64_t bytes_written_to(int peer) const {
+    return peer >= 0 && static_cast<size_t>(peer) < bytes_to_.size() ? bytes_to_[peer] : 0;
+  }
+
+ protected:
+  // Implementations call this from write().
+  void count_write(int peer, size_t bytes) {
+    if (static_cast<size_t>(peer) >= bytes_to_.size()) bytes_to_.resize(peer + 1, 0);
+    bytes_to_[peer] += bytes;
+  }
+
+ public:
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
   virtual std::optional<std::string> peer_failure(int peer) = 0;
+
+ private:
+  std::vector<uint64_t> bytes_to_;
 };
 
 // The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).

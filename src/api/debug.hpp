@@ -2,10 +2,17 @@
 // Introspection for tests; not part of the installed API.
 
 #include <cstdint>
+#include <string>
 
 namespace rdmacoll::detail {
 
 // Memory registrations the transport has made so far (registration-cache misses).
 uint64_t memory_registrations();
+
+// Data bytes this process has written to global rank `peer` (the transport's counter).
+uint64_t bytes_written_to(int peer);
+
+// The host identity global rank `rank` reported (RDMACOLL_HOST_ID or its hostname).
+std::string host_of(int rank);
 
 }  // namespace rdmacoll::detail

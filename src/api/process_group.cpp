@@ -329,6 +329,10 @@ namespace detail {
 uint64_t memory_registrations() {
   return require_context("memory_registrations").transport->registrations();
 }
+uint64_t bytes_written_to(int peer) {
+  return require_context("bytes_written_to").transport->bytes_written_to(peer);
+}
+std::string host_of(int rank) { return require_context("host_of").placements.at(rank).host; }
 }  // namespace detail
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {

@@ -246,6 +246,7 @@ class UcxTransport final : public Transport {
                    size_t dst_offset, size_t length, uint64_t signal) override {
     const int peer = dst.peer();
     auto req = std::make_shared<UcxRequest>(this, peer);
+    count_write(peer, length);
     const auto* from = static_cast<const uint8_t*>(src.base()) + src_offset;
     if (!use_put(peer, length)) {
       post_send(req, from, length, signal);

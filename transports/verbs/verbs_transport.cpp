@@ -376,6 +376,7 @@ class VerbsTransport final : public Transport {
                    size_t dst_offset, size_t length, uint64_t signal) override {
     const int peer = dst.peer();
     auto req = std::make_shared<VerbsRequest>(peer);
+    count_write(peer, length);
     const auto& local = static_cast<const VerbsMemoryRegion&>(src);
     const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
     const uint32_t id = track(req);

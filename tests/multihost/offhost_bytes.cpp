@@ -1,0 +1,80 @@
+// One rank of a multi-host run (tests/multihost/run.sh): all_gather_into_tensor of M bytes per
+// rank, every element checked; then rank 0 sums, per host, the bytes the transport counted as
+// written to ranks on other hosts and compares them with the simulator's prediction for the
+// algorithm and rank order the engine used.   offhost_bytes BYTES_PER_RANK
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include <rdmacoll/rdmacoll.hpp>
+
+#include "api/debug.hpp"
+#include "engine/engine.hpp"
+#include "schedule/simulate.hpp"
+#include "topology/topology.hpp"
+
+using namespace rdmacoll;
+
+int main(int argc, char** argv) {
+  const int64_t bytes = argc > 1 ? std::atoll(argv[1]) : 65536;
+  init_process_group();
+  const int rank = get_rank(), world = get_world_size();
+  const int64_t n = bytes / 4;
+  Tensor in = zeros({n}, DType::Int32);
+  for (int64_t i = 0; i < n; ++i)
+    in.set(i, (rank * 131 + i) % 1000);
+  Tensor out = zeros({world * n}, DType::Int32);
+  all_gather_into_tensor(out, in);
+  int64_t wrong = 0;
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < n; ++i)
+      wrong += out.item(r * n + i) != (r * 131 + i) % 1000;
+  }
+  // Off-host bytes this rank wrote, read before anything else is written.
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world; ++r)
+    hosts.push_back(detail::host_of(r));
+  int64_t offhost = 0;
+  for (int r = 0; r < world; ++r) {
+    if (hosts[r] != hosts[rank]) offhost += static_cast<int64_t>(detail::bytes_written_to(r));
+  }
+  Tensor mine = tensor({static_cast<double>(offhost), static_cast<double>(wrong)}, DType::Int64);
+  Tensor all = zeros({world * 2}, DType::Int64);
+  all_gather_into_tensor(all, mine);
+  int rc = 0;
+  if (rank == 0) {
+    const topology::Layout layout = topology::layout_of(hosts);
+    const schedule::Algorithm a =
+        engine::choose_algorithm(world, static_cast<size_t>(n) * 4, layout.hosts);
+    const char* flat = std::getenv("RDMACOLL_TOPOLOGY");
+    std::vector<int> order = a == schedule::Algorithm::Ring ? topology::host_major_order(layout)
+                                                            : topology::interleaved_order(layout);
+    if (flat && std::string(flat) == "flat") {
+      for (int r = 0; r < world; ++r)
+        order[r] = r;
+    }
+    const auto predicted =
+        schedule::simulate(a, layout.host_of, order, static_cast<uint64_t>(n) * 4);
+    std::vector<int64_t> measured(layout.hosts, 0);
+    for (int r = 0; r < world; ++r) {
+      measured[layout.host_of[r]] += static_cast<int64_t>(all.item(2 * r));
+      if (all.item(2 * r + 1) != 0) {
+        std::printf("rank %d saw %.0f wrong elements\n", r, all.item(2 * r + 1));
+        rc = 1;
+      }
+    }
+    std::printf("%d ranks on %d hosts, %lld bytes per rank, algorithm %s\n", world, layout.hosts,
+                static_cast<long long>(n * 4), schedule::algorithm_name(a).c_str());
+    for (int h = 0; h < layout.hosts; ++h) {
+      const bool ok = measured[h] == static_cast<int64_t>(predicted.offhost_bytes[h]);
+      std::printf("  host %d: off-host bytes measured %lld, simulator %llu %s\n", h,
+                  static_cast<long long>(measured[h]),
+                  static_cast<unsigned long long>(predicted.offhost_bytes[h]),
+                  ok ? "ok" : "MISMATCH");
+      if (!ok) rc = 1;
+    }
+  }
+  destroy_process_group();
+  return rc;
+}
