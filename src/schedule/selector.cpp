@@ -1,27 +1,31 @@
-// The all-gather selector. Thresholds come from perf/all_gather_perf with RDMACOLL_ALGO forced,
-// on 2-core machines of this project (numbers in the topology issue's notes; rerun
-// scripts/measure-algorithms.sh to update them):
-//  - direct (one hop, p-1 writes) wins for small groups and small messages: latency-bound;
-//  - recursive doubling (log2 p steps, host bits low) for powers of two otherwise;
-//  - Bruck for other group sizes up to large messages;
-//  - ring for large messages on groups that are not powers of two, where Bruck's last step
-//    sends a partial, wrapped block and its log-steps no longer save anything.
+// The all-gather selector. Thresholds come from scripts/measure-algorithms.sh (all_gather_perf
+// with RDMACOLL_ALGO forced, local ranks on a 2-core machine; the table is in the topology
+// issue's notes) and from the simulator for multi-host layouts:
+//  - powers of two: recursive doubling at every size. It won or tied at p = 4 from 8 B to
+//    4 MiB (8 B: 179 us vs 345 Bruck, 459 direct; 1 MiB: 1188 vs 1403 Bruck, 1286 ring), and
+//    with the host index in the low bits it sends the minimum off-host bytes.
+//  - other sizes: Bruck (log2 p steps, same bytes as a ring). At p = 3 it beat ring and direct
+//    at 8 B..16 KiB; the ring's p-1 dependent steps each cost a wake-up when ranks outnumber
+//    cores.
+//  - ring only for large messages (>= 1 MiB per rank) across hosts: with the host-major order it
+//    sends (p-1) m off each host whatever the layout, where Bruck on an uneven layout can send
+//    more; locally the measurements did not separate them (p = 3, 4 MiB: ring 2707 us, Bruck
+//    3324; p = 6, 4 MiB: ring 17331, Bruck 13905).
+//  - direct (one hop) is never picked automatically: on oversubscribed cores its p-1
+//    concurrent writes were not faster (p = 4, 8 B: 459 us vs rd 179), and at p = 2 it is the
+//    same single write as recursive doubling. RDMACOLL_ALGO=direct forces it.
 
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll::schedule {
 
 namespace {
-constexpr int kDirectMaxRanks = 4;
-constexpr size_t kDirectMaxBytes = 16u << 10;
 constexpr size_t kRingMinBytes = 1u << 20;
 }  // namespace
 
 Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
-  (void)hosts;  // host-aware orders are applied whatever the algorithm
-  if (p <= kDirectMaxRanks && bytes_per_rank <= kDirectMaxBytes) return Algorithm::Direct;
   if (is_power_of_two(p)) return Algorithm::RecursiveDoubling;
-  if (bytes_per_rank >= kRingMinBytes) return Algorithm::Ring;
+  if (hosts > 1 && bytes_per_rank >= kRingMinBytes) return Algorithm::Ring;
   return Algorithm::Bruck;
 }
 

@@ -105,12 +105,14 @@ TEST(Simulator, RandomLayoutsNeverBeatTheMinimum) {
   }
 }
 
-TEST(Selector, PicksByGroupSizeAndBytes) {
-  EXPECT_EQ(schedule::choose_algorithm(2, 8, 1), Algorithm::Direct);
+TEST(Selector, PicksByGroupSizeBytesAndHosts) {
+  EXPECT_EQ(schedule::choose_algorithm(2, 8, 1), Algorithm::RecursiveDoubling);
   EXPECT_EQ(schedule::choose_algorithm(8, 8, 1), Algorithm::RecursiveDoubling);
   EXPECT_EQ(schedule::choose_algorithm(8, 64 << 20, 2), Algorithm::RecursiveDoubling);
   EXPECT_EQ(schedule::choose_algorithm(6, 1024, 1), Algorithm::Bruck);
-  EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 1), Algorithm::Ring);
+  EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 1), Algorithm::Bruck);
+  EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 2), Algorithm::Ring);
+  EXPECT_EQ(schedule::choose_algorithm(6, 1024, 2), Algorithm::Bruck);
   EXPECT_EQ(schedule::parse_algorithm("ring"), Algorithm::Ring);
   EXPECT_THROW(schedule::parse_algorithm("fast"), std::exception);
 }
