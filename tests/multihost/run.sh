@@ -62,5 +62,7 @@ run 2 2 65536 RDMACOLL_TOPOLOGY=flat RDMACOLL_ALGO=rd
 run 4 1 65536
 run 2 2 1048576 RDMACOLL_ALGO=ring
 run 2 2 4096 RDMACOLL_ALGO=bruck
+run 3 1 1048576
+run 3 2 8192
 echo "multihost: $failures failed run(s)"
 [ $failures -eq 0 ]
