@@ -45,6 +45,32 @@ std::string host_identity() {
   return name;
 }
 
+// The OS device of `type` whose locality (its non-I/O ancestor) covers the most of the binding;
+// on equal cover the tightest locality (a package's device over a machine-wide one), then the
+// lower name. "" when there is none.
+std::string nearest_osdev(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
+                          hwloc_const_cpuset_t binding) {
+  std::string best;
+  int best_cover = -1;
+  int best_width = 0;
+  for (hwloc_obj_t o = hwloc_get_next_osdev(t, nullptr); o; o = hwloc_get_next_osdev(t, o)) {
+    if (o->attr->osdev.type != type || !o->name) continue;
+    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o);
+    if (!anc || !anc->cpuset) continue;
+    Bitmap common;
+    hwloc_bitmap_and(common.b, anc->cpuset, binding);
+    const int cover = hwloc_bitmap_weight(common.b);
+    const int width = hwloc_bitmap_weight(anc->cpuset);
+    if (cover > best_cover || (cover == best_cover && width < best_width) ||
+        (cover == best_cover && width == best_width && o->name < best)) {
+      best_cover = cover;
+      best_width = width;
+      best = o->name;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 LocalPlacement probe(const ProbeOptions& options) {
@@ -68,30 +94,11 @@ LocalPlacement probe(const ProbeOptions& options) {
   p.numa_node = enclosing_index(topo.t, HWLOC_OBJ_NUMANODE, binding.b);
   p.package = enclosing_index(topo.t, HWLOC_OBJ_PACKAGE, binding.b);
 
+  p.netdev = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_NETWORK, binding.b);
   if (const char* forced = std::getenv("RDMACOLL_IB_DEVICE"); forced && *forced) {
     p.nic = forced;
-    return p;
-  }
-  // Score each OpenFabrics device by how much of the binding its locality covers; prefer the
-  // tightest locality (a package's NIC over a machine-wide one) on equal cover.
-  int best_cover = -1;
-  int best_width = 0;
-  for (hwloc_obj_t o = hwloc_get_next_osdev(topo.t, nullptr); o;
-       o = hwloc_get_next_osdev(topo.t, o)) {
-    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || !o->name) continue;
-    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo.t, o);
-    if (!anc || !anc->cpuset) continue;
-    Bitmap common;
-    hwloc_bitmap_and(common.b, anc->cpuset, binding.b);
-    const int cover = hwloc_bitmap_weight(common.b);
-    const int width = hwloc_bitmap_weight(anc->cpuset);
-    const bool better = cover > best_cover || (cover == best_cover && width < best_width) ||
-                        (cover == best_cover && width == best_width && o->name < p.nic);
-    if (better) {
-      best_cover = cover;
-      best_width = width;
-      p.nic = o->name;
-    }
+  } else {
+    p.nic = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
   }
   return p;
 }

@@ -11,15 +11,17 @@ namespace rdmacoll::topology {
 
 std::string LocalPlacement::serialize() const {
   std::ostringstream os;
-  os << numa_node << ' ' << package << ' ' << (nic.empty() ? "-" : nic) << ' ' << host;
+  os << numa_node << ' ' << package << ' ' << (nic.empty() ? "-" : nic) << ' '
+     << (netdev.empty() ? "-" : netdev) << ' ' << host;
   return os.str();
 }
 
 LocalPlacement LocalPlacement::parse(const std::string& text) {
   LocalPlacement p;
   std::istringstream is(text);
-  is >> p.numa_node >> p.package >> p.nic;
+  is >> p.numa_node >> p.package >> p.nic >> p.netdev;
   if (p.nic == "-") p.nic.clear();
+  if (p.netdev == "-") p.netdev.clear();
   std::getline(is >> std::ws, p.host);
   return p;
 }

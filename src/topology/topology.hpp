@@ -26,7 +26,7 @@ struct ProbeOptions {
 
 // Reads hwloc. The NIC is the OpenFabrics device whose locality (its non-I/O ancestor) covers
 // the most of the binding: same package or NUMA node first; ties go to the lower name.
-// RDMACOLL_IB_DEVICE, when set, wins.
+// RDMACOLL_IB_DEVICE, when set, wins. The network interface is chosen the same way.
 LocalPlacement probe(const ProbeOptions& options = {});
 
 // Per rank: host index (hosts numbered by first appearance in rank order) and local index

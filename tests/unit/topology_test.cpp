@@ -34,14 +34,16 @@ TEST(Topology, LayoutAndOrders) {
 }
 
 TEST(Topology, PlacementRoundTrip) {
-  topology::LocalPlacement p{"node 7", 1, 0, "mlx5_1"};
+  topology::LocalPlacement p{"node 7", 1, 0, "mlx5_1", "ib1"};
   const auto q = topology::LocalPlacement::parse(p.serialize());
   EXPECT_EQ(q.host, "node 7");
   EXPECT_EQ(q.numa_node, 1);
   EXPECT_EQ(q.package, 0);
   EXPECT_EQ(q.nic, "mlx5_1");
+  EXPECT_EQ(q.netdev, "ib1");
   EXPECT_EQ(
-      topology::LocalPlacement::parse(topology::LocalPlacement{"h", -1, -1, ""}.serialize()).nic,
+      topology::LocalPlacement::parse(topology::LocalPlacement{"h", -1, -1, "", ""}.serialize())
+          .nic,
       "");
 }
 
@@ -124,10 +126,12 @@ TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
   const std::string xml = std::string(TEST_DATA_DIR) + "/two_packages_two_nics.xml";
   auto p0 = topology::probe({xml, {0}});
   EXPECT_EQ(p0.nic, "mlx5_0");
+  EXPECT_EQ(p0.netdev, "ib0");
   EXPECT_EQ(p0.numa_node, 0);
   EXPECT_EQ(p0.package, 0);
   auto p1 = topology::probe({xml, {3}});
   EXPECT_EQ(p1.nic, "mlx5_1");
+  EXPECT_EQ(p1.netdev, "ib1");
   EXPECT_EQ(p1.numa_node, 1);
   EXPECT_EQ(p1.package, 1);
   auto both = topology::probe({xml, {2, 3}});
