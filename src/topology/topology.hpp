@@ -14,6 +14,7 @@ struct LocalPlacement {
   int numa_node = -1;  // NUMA node holding the rank's CPU binding; -1 if it spans several
   int package = -1;    // likewise for the package (socket)
   std::string nic;     // nearest RDMA device ("" when there is none)
+  std::string netdev;  // nearest network interface ("" when there is none)
 
   std::string serialize() const;
   static LocalPlacement parse(const std::string& text);
