@@ -8,6 +8,8 @@ packages=(
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core  # verbs transport
   libgtest-dev googletest         # tests
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
+  hwloc                           # lstopo, to inspect topology files
+  openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,6 +3,7 @@
 
 #include "rdmacoll/process_group.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,6 +162,24 @@ transport::TransportKind agree_on_transport(Context& ctx) {
   return transport::TransportKind::Ucx;
 }
 
+// How waits poll before blocking: RDMACOLL_SPIN_US overrides the time. Ranks that fit on this
+// host's cores poll 200 us; more ranks than cores poll 2 ms, yielding the core on each round.
+engine::SpinPolicy spin_policy(const Context& ctx) {
+  int local = 0;
+  for (const auto& p : ctx.placements)
+    local += p.host == ctx.placements[ctx.rank].host;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  engine::SpinPolicy policy;
+  policy.yield = local > cpus;
+  policy.duration = std::chrono::microseconds(policy.yield ? 2000 : 200);
+  if (const char* v = std::getenv("RDMACOLL_SPIN_US"); v && *v) {
+    policy.duration = std::chrono::microseconds(std::max(0L, std::atol(v)));
+  }
+  return policy;
+}
+
 bool flat_topology() {
   const char* v = std::getenv("RDMACOLL_TOPOLOGY");
   const std::string s = v ? v : "auto";
@@ -290,7 +309,7 @@ void init_process_group(const InitOptions& options) {
   ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
                   ctx->transport->address(ctx->rank, ctx->world_size));
   ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
-  ctx->engine = std::make_unique<engine::Engine>(*ctx->transport);
+  ctx->engine = std::make_unique<engine::Engine>(*ctx->transport, spin_policy(*ctx));
 
   ctx->world = std::make_shared<GroupState>();
   ctx->world->id = 0;
@@ -332,7 +351,9 @@ uint64_t memory_registrations() {
 uint64_t bytes_written_to(int peer) {
   return require_context("bytes_written_to").transport->bytes_written_to(peer);
 }
-std::string host_of(int rank) { return require_context("host_of").placements.at(rank).host; }
+std::string host_of(int rank) {
+  return require_context("host_of").placements.at(rank).host;
+}
 }  // namespace detail
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {

@@ -25,6 +25,8 @@ struct Fixed {
   uint64_t out_bytes;
   uint32_t key_len;
   uint32_t error_len;
+  uint32_t inline_len;
+  uint32_t reserved;
 };
 
 }  // namespace
@@ -44,11 +46,17 @@ std::vector<uint8_t> CallDescriptor::serialize() const {
           out_addr,
           out_bytes,
           static_cast<uint32_t>(key.size()),
-          static_cast<uint32_t>(err.size())};
-  std::vector<uint8_t> out(sizeof f + key.size() + err.size());
+          static_cast<uint32_t>(err.size()),
+          static_cast<uint32_t>(inline_data.size()),
+          0};
+  std::vector<uint8_t> out(sizeof f + key.size() + err.size() + inline_data.size());
   std::memcpy(out.data(), &f, sizeof f);
   if (!key.empty()) std::memcpy(out.data() + sizeof f, key.data(), key.size());
   if (!err.empty()) std::memcpy(out.data() + sizeof f + key.size(), err.data(), err.size());
+  if (!inline_data.empty()) {
+    std::memcpy(out.data() + sizeof f + key.size() + err.size(), inline_data.data(),
+                inline_data.size());
+  }
   if (out.size() > kMaxDescriptorBytes) {
     throw TransportError("call descriptor of " + std::to_string(out.size()) +
                          " bytes exceeds the limit of " + std::to_string(kMaxDescriptorBytes));
@@ -62,7 +70,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
     throw TransportError("malformed call descriptor: " + std::to_string(length) + " bytes");
   }
   std::memcpy(&f, data, sizeof f);
-  if (f.magic != kMagic || sizeof f + f.key_len + f.error_len != length) {
+  if (f.magic != kMagic ||
+      sizeof f + static_cast<size_t>(f.key_len) + f.error_len + f.inline_len != length) {
     throw TransportError("malformed call descriptor (bad magic or lengths)");
   }
   CallDescriptor d;
@@ -79,6 +88,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.out_bytes = f.out_bytes;
   d.key.assign(data + sizeof f, data + sizeof f + f.key_len);
   d.error.assign(reinterpret_cast<const char*>(data) + sizeof f + f.key_len, f.error_len);
+  const uint8_t* inl = data + sizeof f + f.key_len + f.error_len;
+  d.inline_data.assign(inl, inl + f.inline_len);
   return d;
 }
 

@@ -26,6 +26,8 @@ struct CallDescriptor {
   uint64_t out_bytes = 0;
   std::vector<uint8_t> key;
   std::string error;
+  // Small calls carry the sender's chunk right here: one message round, no data phase.
+  std::vector<uint8_t> inline_data;
 
   std::vector<uint8_t> serialize() const;
   // Throws TransportError on a malformed message.
@@ -33,6 +35,9 @@ struct CallDescriptor {
 };
 
 inline constexpr size_t kMaxDescriptorBytes = 4096;
+// Chunks up to this size travel inline in the descriptor (header + key + error stay below
+// the rest of kMaxDescriptorBytes).
+inline constexpr size_t kMaxInlineBytes = 2048;
 
 // Tags: kind (2 bits) | group (14) | seq (24) | index (24). Data tags carry the first chunk
 // of the run, control tags the sender's group rank; both are unique per receiver and call.

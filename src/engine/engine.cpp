@@ -1,5 +1,7 @@
 #include "engine/engine.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -51,8 +53,13 @@ struct Pending {
 // when the call ends early, so no receive lands in memory the caller may free.
 class Call {
  public:
-  Call(transport::Transport& t, GroupState& g, const char* op)
-      : t_(t), g_(g), op_(op), seq_(g.next_seq++), deadline_(Clock::now() + g.timeout) {}
+  Call(transport::Transport& t, GroupState& g, const char* op, SpinPolicy spin)
+      : t_(t),
+        g_(g),
+        op_(op),
+        seq_(g.next_seq++),
+        deadline_(Clock::now() + g.timeout),
+        spin_(spin) {}
 
   ~Call() {
     for (auto* list : {&recvs_, &sends_}) {
@@ -106,9 +113,14 @@ class Call {
         idle = 0;
         continue;
       }
-      // Spin briefly (latency), then check on the peers and block in the transport so
-      // oversubscribed ranks yield the CPU.
+      // Spin (latency: a wake-up from poll() costs tens of us), then check on the peers and
+      // block in the transport so that ranks outnumbering the cores yield the CPU.
       if (++idle <= 64) continue;
+      if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
+      if (Clock::now() < spin_until_) {
+        if (spin_.yield) sched_yield();  // let a rank sharing this core run
+        continue;
+      }
       for (size_t i = begin; i < end; ++i) {
         if (list[i].req->done()) continue;
         if (auto why = t_.peer_failure(global(list[i].peer))) {
@@ -145,6 +157,8 @@ class Call {
   const char* op_;
   uint64_t seq_;
   Clock::time_point deadline_;
+  SpinPolicy spin_;
+  Clock::time_point spin_until_{};
   std::vector<Pending> recvs_;
   std::vector<Pending> sends_;
 };
@@ -242,7 +256,7 @@ const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {
 
 void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   check_usable(g, "all_gather_into_tensor");
-  Call call(transport_, g, "all_gather_into_tensor");
+  Call call(transport_, g, "all_gather_into_tensor", spin_);
   const int p = g.size();
   const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
   const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
@@ -270,7 +284,13 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   mine.out_dtype = static_cast<uint8_t>(a.out_dtype);
   mine.in_numel = static_cast<uint64_t>(a.in_numel);
   mine.out_numel = static_cast<uint64_t>(a.out_numel);
-  if (mine.ok) {
+  // Small chunks ride inline in the descriptors: one all-to-all message round, no
+  // registration, no data phase. Every rank decides alike (same chunk size, same limit).
+  const bool inline_path = mine.ok && chunk > 0 && chunk <= kMaxInlineBytes;
+  if (inline_path) {
+    const uint8_t* slot = out + static_cast<size_t>(g.rank) * chunk;
+    mine.inline_data.assign(slot, slot + chunk);
+  } else if (mine.ok) {
     region = transport_.register_memory(out, out_bytes);
     mine.out_addr = reinterpret_cast<uint64_t>(out);
     mine.out_bytes = out_bytes;
@@ -280,6 +300,18 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
   check_descriptors(call, all);
   if (chunk == 0) return;
+  if (inline_path) {
+    for (int r = 0; r < p; ++r) {
+      if (r == g.rank) continue;
+      if (all[r].inline_data.size() != chunk) {
+        throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
+                             std::to_string(all[r].inline_data.size()) +
+                             " inline bytes, expected " + std::to_string(chunk));
+      }
+      std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
+    }
+    return;
+  }
 
   const schedule::Schedule& sched = schedule_for(g, chunk);
   // Post every expected arrival up front; remember where each step's arrivals end.
@@ -339,7 +371,7 @@ void Engine::barrier(GroupState& g) {
     ++g.next_seq;
     return;
   }
-  Call call(transport_, g, "barrier");
+  Call call(transport_, g, "barrier", spin_);
   CallDescriptor mine;
   mine.seq = call.seq();
   mine.group = g.id;

@@ -2,6 +2,7 @@
 // Runs collectives over a transport: per-call descriptors (readiness and cross-rank checks),
 // then the schedule's one-sided writes, every wait bounded by the group's timeout.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -23,15 +24,24 @@ struct AllGatherArgs {
   std::string local_error;
 };
 
+// How a wait polls before it blocks in the transport: a wake-up from poll() costs tens of us,
+// so waits poll first; when ranks outnumber cores each poll yields the core (sched_yield) so
+// the peer being waited for can run, as MPI's yield-when-idle does.
+struct SpinPolicy {
+  std::chrono::microseconds duration{0};
+  bool yield = false;
+};
+
 class Engine {
  public:
-  explicit Engine(transport::Transport& transport) : transport_(transport) {}
+  Engine(transport::Transport& transport, SpinPolicy spin) : transport_(transport), spin_(spin) {}
 
   void all_gather(GroupState& group, const AllGatherArgs& args);
   void barrier(GroupState& group);
 
  private:
   transport::Transport& transport_;
+  SpinPolicy spin_;
 };
 
 // RDMACOLL_ALGO (auto|rd|bruck|ring|direct) resolved for a group of p ranks.

@@ -49,11 +49,12 @@ TEST(Verbs, Subgroup) {
 TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
   expect_all_ok(run_ranks(2, [](int rank, int world) {
     require_verbs();
-    const int64_t n = 256;
+    const int64_t n = 4096;  // 16 KiB: above the inline limit, so the data path registers
     Tensor in = zeros({n}, DType::Float32);
     Tensor out = zeros({world * n}, DType::Float32);
     all_gather_into_tensor(out, in);
     const uint64_t before = detail::memory_registrations();
+    RANK_CHECK(before > 0, "the first call registered nothing");
     for (int iter = 0; iter < 100; ++iter) {
       for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
       all_gather_into_tensor(out, in);

@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""Side-by-side all-gather comparison: rdmacoll against Open MPI, MPICH, torch/gloo and the
+memcpy limit, measured in one run on one machine.
+
+Systems are interleaved size by size (every system measures size S before any measures the
+next size), and the whole sweep repeats in blocks, so they share the machine's noise; the
+report gives the best and the median over blocks, and the load average before each run.
+
+  /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
+      [--min 8] [--max 64M] [--factor 8] [--blocks 3] [--smoke]
+
+Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
+size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
+and transport family). Run as root on Debian 12 with openmpi-bin, mpich, python3-torch and
+python3-matplotlib installed (scripts/install-deps.sh).
+"""
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip()
+    if text[-1].upper() in mult:
+        return int(float(text[:-1]) * mult[text[-1].upper()])
+    return int(text)
+
+
+def human(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def iterations(nbytes, world):
+    # Enough repetitions for small sizes, few for large ones (bounded run time).
+    return max(3, min(200, (64 << 20) // max(1, nbytes * world)))
+
+
+def has_verbs():
+    try:
+        out = subprocess.run(["ibv_devinfo"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "PORT_ACTIVE" in out
+
+
+class System:
+    """One contender: how to run it for a world size and a size, and its family/peer."""
+
+    def __init__(self, name, family, command, env=None, label=None):
+        self.name, self.family, self.command = name, family, command
+        self.env = env or {}
+        self.label = label or name
+
+
+def build_helpers(outdir):
+    """Compiles the MPI program against each MPI and the memcpy probe."""
+    bindir = os.path.join(outdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    built = {}
+    for mpi, cc in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
+        if shutil.which(cc):
+            exe = os.path.join(bindir, f"mpi_allgather_{mpi}")
+            subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "mpi_allgather.c")], check=True)
+            built[mpi] = exe
+    exe = os.path.join(bindir, "memcpy_bw")
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "memcpy_bw.c")], check=True)
+    built["memcpy"] = exe
+    return built
+
+
+def systems(build, helpers):
+    run = os.path.join(build, "rdmacoll-run")
+    perf = os.path.join(build, "all_gather_perf")
+    rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
+                            "-w", "2", "-c", "1"]
+    out = [
+        System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)"),
+        System("rdmacoll-tcp", "tcp", rdm, {"UCX_TLS": "tcp"}, label="rdmacoll (UCX_TLS=tcp)"),
+    ]
+    if has_verbs():
+        out.append(System("rdmacoll-verbs", "verbs", rdm, {"RDMACOLL_TRANSPORT": "verbs"},
+                          label="rdmacoll (verbs)"))
+    if "openmpi" in helpers:
+        ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        exe = helpers["openmpi"]
+        # Default arguments bind now: `exe` is reassigned below (late binding would hand
+        # MPICH's binary to Open MPI's mpirun).
+        out.append(System("ompi-shm", "shm",
+                          lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s), str(it), "2"],
+                          label="Open MPI 4.1.4 (default)"))
+        out.append(System("ompi-tcp", "tcp",
+                          lambda w, s, it, exe=exe: ompi + ["--mca", "pml", "ob1", "--mca", "btl",
+                                                   "tcp,self", "-np", str(w), exe, str(s),
+                                                   str(it), "2"],
+                          label="Open MPI 4.1.4 (btl tcp,self)"))
+    if "mpich" in helpers:
+        exe = helpers["mpich"]
+        out.append(System("mpich", "shm",
+                          lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s), str(it), "2"],
+                          label="MPICH 4.0.2"))
+    out.append(System("gloo", "tcp",
+                      lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
+                                        os.path.join(HERE, "gloo_allgather.py"), str(s), str(it), "1"],
+                      label="torch 1.13 gloo (all_gather into views)"))
+    memcpy = helpers["memcpy"]
+    out.append(System("memcpy", "limit",
+                      lambda w, s, it, memcpy=memcpy: [memcpy, str(s * (w - 1)), str(it)],
+                      label="memcpy limit (1 thread, (p-1) x size)"))
+    return out
+
+
+def run_one(system, world, nbytes, timeout):
+    it = iterations(nbytes, world)
+    env = dict(os.environ)
+    env.update(system.env)
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
+    load = os.getloadavg()[0]
+    try:
+        proc = subprocess.run(system.command(world, nbytes, it), capture_output=True, text=True,
+                              env=env, timeout=timeout)
+        text = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired:
+        return None, load, "timeout"
+    us, wrong = None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[0] "):
+            line = line[4:].strip()
+        if line.startswith("RESULT"):
+            fields = line.split()
+            us, wrong = float(fields[2]), int(fields[3])
+            if len(fields) > 4 and int(fields[4]) != world:  # e.g. a launcher/MPI mismatch
+                return None, load, f"ran as {fields[4]} ranks, not {world}"
+        elif system.name.startswith("rdmacoll") and line and line[0].isdigit():
+            f = line.split()
+            us, wrong = float(f[3]), int(f[6])
+    if us is None:
+        return None, load, f"no result (exit {proc.returncode}): {text[-300:]!r}"
+    if wrong:
+        return None, load, f"{wrong} wrong elements"
+    return us, load, ""
+
+
+def busbw(world, nbytes, us, name):
+    if us is None or us <= 0:
+        return None
+    if name == "memcpy":
+        return nbytes * (world - 1) / us / 1e3
+    return world * nbytes / us / 1e3 * (world - 1) / world
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--min", default="8")
+    ap.add_argument("--max", default="64M")
+    ap.add_argument("--factor", type=int, default=8)
+    ap.add_argument("--blocks", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
+    ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
+    args = ap.parse_args()
+    if args.smoke:
+        args.min, args.max, args.factor, args.blocks, args.worlds = "8", "4K", 512, 1, "2"
+    out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    helpers = build_helpers(out)
+    contenders = systems(os.path.abspath(args.build), helpers)
+    worlds = [int(w) for w in args.worlds.split(",")]
+    sizes, s = [], parse_size(args.min)
+    while s <= parse_size(args.max):
+        sizes.append(s)
+        s *= args.factor
+    started = time.time()
+    rows = []  # (block, world, size, system, us, load, note)
+    failures = []
+    for block in range(args.blocks):
+        for world in worlds:
+            for nbytes in sizes:
+                for sysm in contenders:
+                    us, load, note = run_one(sysm, world, nbytes, args.timeout)
+                    rows.append((block, world, nbytes, sysm.name, us, load, note))
+                    if note:
+                        failures.append(f"{sysm.name} p={world} {human(nbytes)}: {note}")
+                    if sys.stderr.isatty():
+                        print(f"\rblock {block + 1}/{args.blocks} p={world} {human(nbytes):>8} "
+                              f"{sysm.name:<15}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    elapsed = time.time() - started
+
+    with open(os.path.join(out, "compare.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["block", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
+                    "loadavg_before", "note"])
+        for block, world, nbytes, name, us, load, note in rows:
+            bw = busbw(world, nbytes, us, name)
+            w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}",
+                        "" if bw is None else f"{bw:.4f}", f"{load:.2f}", note])
+
+    # Best and median over blocks.
+    summary = {}
+    for _, world, nbytes, name, us, _, _ in rows:
+        if us is not None:
+            summary.setdefault((world, nbytes, name), []).append(us)
+    best = {k: min(v) for k, v in summary.items()}
+    median = {k: statistics.median(v) for k, v in summary.items()}
+    names = [c.name for c in contenders]
+    labels = {c.name: c.label for c in contenders}
+    families = {c.name: c.family for c in contenders}
+    peer = {"shm": "rdmacoll-shm", "limit": "rdmacoll-shm", "tcp": "rdmacoll-tcp",
+            "verbs": "rdmacoll-verbs"}
+
+    md = [f"# all_gather comparison ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
+          f"{os.cpu_count()} cores)", "",
+          f"Best of {args.blocks} block(s) (median in parentheses), mean us per call of the slowest "
+          f"rank. Ratio = system time / rdmacoll time of the same family (shm systems against "
+          f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp): > 1 means "
+          f"rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
+    for c in contenders:
+        md.append(f"- `{c.name}`: {c.label}")
+    md.append("")
+    for world in worlds:
+        md.append(f"## {world} ranks")
+        md.append("")
+        md.append("| size | " + " | ".join(names) + " |")
+        md.append("|---|" + "---|" * len(names))
+        for nbytes in sizes:
+            cells = []
+            for name in names:
+                t = best.get((world, nbytes, name))
+                if t is None:
+                    cells.append("-")
+                    continue
+                ref = best.get((world, nbytes, peer[families[name]]))
+                ratio = f" **{t / ref:.2f}x**" if ref and not name.startswith("rdmacoll") else ""
+                cells.append(f"{t:.1f} ({median[(world, nbytes, name)]:.1f}){ratio}")
+            md.append(f"| {human(nbytes)} | " + " | ".join(cells) + " |")
+        md.append("")
+    if failures:
+        md.append("## Runs without a result")
+        md.extend(f"- {f}" for f in failures)
+    md.append("")
+    loads = [r[5] for r in rows]
+    md.append(f"Load average before each run: min {min(loads):.2f}, median "
+              f"{statistics.median(loads):.2f}, max {max(loads):.2f} (per run in compare.csv).")
+    with open(os.path.join(out, "compare.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fams = [("shm", "shared memory (one host)"), ("tcp", "TCP")]
+        fig, axes = plt.subplots(len(worlds), len(fams), figsize=(12, 4.5 * len(worlds)),
+                                 squeeze=False)
+        for i, world in enumerate(worlds):
+            for j, (fam, title) in enumerate(fams):
+                ax = axes[i][j]
+                for name in names:
+                    if families[name] not in (fam, "limit") and not (fam == "shm" and families[name] == "verbs"):
+                        continue
+                    xs = [n for n in sizes if (world, n, name) in best]
+                    ys = [busbw(world, n, best[(world, n, name)], name) for n in xs]
+                    style = "--" if name == "memcpy" else "-"
+                    lw = 2.5 if name.startswith("rdmacoll") else 1.2
+                    ax.plot(xs, ys, style, marker="o", ms=3, lw=lw, label=labels[name])
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")
+                ax.set_xlabel("bytes per rank")
+                ax.set_ylabel("busbw (GB/s)")
+                ax.set_title(f"{world} ranks, {title}")
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "busbw.png"), dpi=110)
+    except ImportError:
+        print("matplotlib missing: no plot (apt-get install python3-matplotlib)", file=sys.stderr)
+
+    print(f"wrote {out}/compare.csv, compare.md, busbw.png ({elapsed:.0f} s)")
+    if failures:
+        print("runs without a result:\n  " + "\n  ".join(failures), file=sys.stderr)
+    # A failed rdmacoll run is an error; a peer that cannot run here is only reported.
+    return 1 if any(f.startswith("rdmacoll") for f in failures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

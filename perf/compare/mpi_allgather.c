@@ -1,0 +1,44 @@
+/* MPI_Allgather timing, the peer for rdmacoll's all_gather_into_tensor in perf/compare.
+ * Built by compare.py with Open MPI's and with MPICH's mpicc.
+ *   mpirun -np N mpi_allgather BYTES_PER_RANK ITERS WARMUP
+ * Rank 0 prints "RESULT <bytes> <mean us of the slowest rank> <wrong> <world size>". */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const size_t bytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 8;
+  const int iters = argc > 2 ? atoi(argv[2]) : 20;
+  const int warmup = argc > 3 ? atoi(argv[3]) : 3;
+  unsigned char* in = malloc(bytes ? bytes : 1);
+  unsigned char* out = malloc(bytes * world ? bytes * world : 1);
+  for (size_t i = 0; i < bytes; ++i) in[i] = (unsigned char)(rank * 7 + i);
+  for (int i = 0; i < warmup; ++i) {
+    MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+  }
+  double total = 0;
+  for (int i = 0; i < iters; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+    total += MPI_Wtime() - t0;
+  }
+  long wrong = 0;
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < bytes; ++i) wrong += out[r * bytes + i] != (unsigned char)(r * 7 + i);
+  }
+  double mean = total / iters * 1e6, slowest = 0;
+  long all_wrong = 0;
+  MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0) printf("RESULT %zu %.3f %ld %d\n", bytes, slowest, all_wrong, world);
+  free(in);
+  free(out);
+  MPI_Finalize();
+  return all_wrong != 0;
+}
