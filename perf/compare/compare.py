@@ -7,7 +7,7 @@ next size), and the whole sweep repeats in blocks, so they share the machine's n
 report gives the best and the median over blocks, and the load average before each run.
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
-      [--min 8] [--max 64M] [--factor 8] [--blocks 3] [--smoke]
+      [--min 8] [--max 64M] [--factor 4] [--blocks 2] [--smoke]
 
 Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
 size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
@@ -168,8 +168,8 @@ def main():
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--min", default="8")
     ap.add_argument("--max", default="64M")
-    ap.add_argument("--factor", type=int, default=8)
-    ap.add_argument("--blocks", type=int, default=3)
+    ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
     args = ap.parse_args()
@@ -184,6 +184,8 @@ def main():
     while s <= parse_size(args.max):
         sizes.append(s)
         s *= args.factor
+    if sizes[-1] != parse_size(args.max):
+        sizes.append(parse_size(args.max))  # the sweep always ends at --max
     started = time.time()
     rows = []  # (block, world, size, system, us, load, note)
     failures = []
