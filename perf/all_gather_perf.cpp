@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,17 @@ int main(int argc, char** argv) {
     auto algbw = [&](double us) { return world * size_b / us / 1e3; };
     const double bus = (world - 1.0) / world;
     total_wrong += op.wrong + ip.wrong;
+    char rec[512];
+    std::snprintf(rec, sizeof rec,
+              "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"ranks\":%d,\"time_us\":%.3f,"
+              "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+              "\"inplace_time_us\":%.3f,\"inplace_wrong\":%lld}",
+              json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
+              static_cast<long long>(count), short_name(o.dtype), world, op.mean_us,
+              algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
+              op.p50_us, op.p99_us, ip.mean_us, static_cast<long long>(ip.wrong));
+    json += rec;
+
     if (rank == 0) {
       std::printf(
           "%12zu %12lld %8s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f %10.2f %9.3f %9.3f %8lld\n",
@@ -237,20 +250,21 @@ int main(int argc, char** argv) {
                      op.p99_us, ip.mean_us, algbw(ip.mean_us), algbw(ip.mean_us) * bus,
                      static_cast<long long>(ip.wrong));
       }
-      char rec[512];
-      std::snprintf(rec, sizeof rec,
-                    "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"ranks\":%d,\"time_us\":%.3f,"
-                    "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                    "\"inplace_time_us\":%.3f,\"inplace_wrong\":%lld}",
-                    json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
-                    static_cast<long long>(count), short_name(o.dtype), world, op.mean_us,
-                    algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
-                    op.p50_us, op.p99_us, ip.mean_us, static_cast<long long>(ip.wrong));
-      json += rec;
     }
   }
   if (csv) std::fclose(csv);
-  if (rank == 0 && !o.json.empty()) std::ofstream(o.json) << json << "]\n";
+  // -J PATH: rank 0 writes PATH; with "%r" in PATH every rank writes its own file (its own
+  // #wrong, the common times), so a multi-host run can check every rank.
+  const size_t mark = o.json.find("%r");
+  if (!o.json.empty() && (rank == 0 || mark != std::string::npos)) {
+    std::string path = o.json;
+    if (mark != std::string::npos) path.replace(mark, 2, std::to_string(rank));
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::ofstream(path) << "{\"rank\":" << rank << ",\"world\":" << world << ",\"host\":\"" << host
+                        << "\",\"transport\":\"" << transport_name() << "\",\"results\":" << json
+                        << "]}\n";
+  }
   if (rank == 0) std::printf("# total #wrong: %lld\n", static_cast<long long>(total_wrong));
   destroy_process_group();
   return total_wrong == 0 ? 0 : 1;

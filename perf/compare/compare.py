@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -263,32 +265,21 @@ def main():
         f.write("\n".join(md) + "\n")
 
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fams = [("shm", "shared memory (one host)"), ("tcp", "TCP")]
-        fig, axes = plt.subplots(len(worlds), len(fams), figsize=(12, 4.5 * len(worlds)),
-                                 squeeze=False)
-        for i, world in enumerate(worlds):
-            for j, (fam, title) in enumerate(fams):
-                ax = axes[i][j]
+        from plot import save_busbw_plot
+
+        panels = []
+        for world in worlds:
+            for fam, title in (("shm", "shared memory (one host)"), ("tcp", "TCP")):
+                series = []
                 for name in names:
-                    if families[name] not in (fam, "limit") and not (fam == "shm" and families[name] == "verbs"):
+                    if families[name] not in (fam, "limit") and not (
+                            fam == "shm" and families[name] == "verbs"):
                         continue
                     xs = [n for n in sizes if (world, n, name) in best]
                     ys = [busbw(world, n, best[(world, n, name)], name) for n in xs]
-                    style = "--" if name == "memcpy" else "-"
-                    lw = 2.5 if name.startswith("rdmacoll") else 1.2
-                    ax.plot(xs, ys, style, marker="o", ms=3, lw=lw, label=labels[name])
-                ax.set_xscale("log", base=2)
-                ax.set_yscale("log")
-                ax.set_xlabel("bytes per rank")
-                ax.set_ylabel("busbw (GB/s)")
-                ax.set_title(f"{world} ranks, {title}")
-                ax.grid(True, which="both", alpha=0.3)
-                ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "busbw.png"), dpi=110)
+                    series.append((labels[name], xs, ys, name.startswith("rdmacoll")))
+                panels.append((f"{world} ranks, {title}", series))
+        save_busbw_plot(os.path.join(out, "busbw.png"), panels)
     except ImportError:
         print("matplotlib missing: no plot (apt-get install python3-matplotlib)", file=sys.stderr)
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The Ansible test, for real: lint and syntax-check ansible/, bring up 3 SSH hosts in network
+# namespaces, run ansible/site.yml against them (provision with the packages already present,
+# build, bench over UCX TCP on eth0), assert the fetched results come from 3 distinct hosts,
+# cover every rank and are correct, run site.yml again to show the build is idempotent, and
+# always tear the hosts down.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+[ "$(id -u)" = 0 ] || { echo "ansible test: needs root"; exit 1; }
+state=/run/rdmacoll-ansible-test
+results=$(mktemp -d /tmp/rdmacoll-ansible-results.XXXXXX)
+start=$(date +%s)
+cleanup() {
+  local rc=$?
+  bash "$here/hosts.sh" down || rc=1
+  echo "ansible test: $(($(date +%s) - start)) s, exit $rc"
+  exit $rc
+}
+trap cleanup EXIT
+export ANSIBLE_CONFIG=$root/ansible/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
+
+echo "== ansible-lint (offline, production profile) and syntax check"
+(cd "$root/ansible" && ansible-lint --nocolor)
+ansible-playbook --syntax-check -i "$root/ansible/inventory.example.ini" "$root/ansible/site.yml"
+
+echo "== 3 namespace hosts"
+bash "$here/hosts.sh" down >/dev/null 2>&1 || true
+bash "$here/hosts.sh" up 3
+
+overrides=(-e rdmacoll_apt_update=false -e "bench_results=$results"
+  -e '{"bench_env": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}}'
+  -e 'bench_args=-b 8 -e 1M -f 8 -n 10 -w 2 -c 1')
+echo "== ansible-playbook site.yml"
+ansible-playbook -i "$state/inventory.ini" "$root/ansible/site.yml" "${overrides[@]}"
+
+echo "== the fetched results"
+/usr/bin/python3 "$root/perf/compare/check_bench.py" "$results" --hosts 3 --world 3
+hosts=$(cat "$results"/*/rank-*.json | /usr/bin/python3 -c 'import json,sys; print(len({json.loads(l)["host"] for l in sys.stdin}))')
+[ "$hosts" = 3 ] || { echo "results came from $hosts host(s), not 3"; exit 1; }
+[ -s "$results/busbw.png" ] || { echo "no plot"; exit 1; }
+
+echo "== second run: provision and build change nothing"
+out=$(ansible-playbook -i "$state/inventory.ini" "$root/ansible/provision.yml" "$root/ansible/build.yml" "${overrides[@]}" 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | grep -E "^node[0-9]+ +:" | tee /dev/stderr | grep -qv "changed=0" && { echo "the second run changed something"; exit 1; }
+echo "ansible test passed"
