@@ -225,13 +225,13 @@ int main(int argc, char** argv) {
     total_wrong += op.wrong + ip.wrong;
     char rec[512];
     std::snprintf(rec, sizeof rec,
-              "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"ranks\":%d,\"time_us\":%.3f,"
-              "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-              "\"inplace_time_us\":%.3f,\"inplace_wrong\":%lld}",
-              json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
-              static_cast<long long>(count), short_name(o.dtype), world, op.mean_us,
-              algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
-              op.p50_us, op.p99_us, ip.mean_us, static_cast<long long>(ip.wrong));
+                  "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"ranks\":%d,\"time_us\":%.3f,"
+                  "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+                  "\"inplace_time_us\":%.3f,\"inplace_wrong\":%lld}",
+                  json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
+                  static_cast<long long>(count), short_name(o.dtype), world, op.mean_us,
+                  algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
+                  op.p50_us, op.p99_us, ip.mean_us, static_cast<long long>(ip.wrong));
     json += rec;
 
     if (rank == 0) {

@@ -10,6 +10,7 @@ packages=(
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
   hwloc                           # lstopo, to inspect topology files
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
+  ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test
 )
 missing=()
 for p in "${packages[@]}"; do
