@@ -167,7 +167,7 @@ transport::TransportKind agree_on_transport(Context& ctx) {
 engine::SpinPolicy spin_policy(const Context& ctx) {
   int local = 0;
   for (const auto& p : ctx.placements)
-    local += p.host == ctx.placements[ctx.rank].host;
+    local += p.machine == ctx.placements[ctx.rank].machine;  // one kernel shares its CPUs
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;

@@ -3,6 +3,7 @@
 #include <hwloc.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -76,6 +77,14 @@ std::string nearest_osdev(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
 LocalPlacement probe(const ProbeOptions& options) {
   LocalPlacement p;
   p.host = host_identity();
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) p.machine = buf;
+    std::fclose(f);
+    while (!p.machine.empty() && (p.machine.back() == '\n' || p.machine.back() == ' ')) {
+      p.machine.pop_back();
+    }
+  }
   TopologyHandle topo;
   if (hwloc_topology_init(&topo.t) != 0) throw Error("hwloc_topology_init failed");
   hwloc_topology_set_io_types_filter(topo.t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);

@@ -12,14 +12,15 @@ namespace rdmacoll::topology {
 std::string LocalPlacement::serialize() const {
   std::ostringstream os;
   os << numa_node << ' ' << package << ' ' << (nic.empty() ? "-" : nic) << ' '
-     << (netdev.empty() ? "-" : netdev) << ' ' << host;
+     << (netdev.empty() ? "-" : netdev) << ' ' << (machine.empty() ? "-" : machine) << ' ' << host;
   return os.str();
 }
 
 LocalPlacement LocalPlacement::parse(const std::string& text) {
   LocalPlacement p;
   std::istringstream is(text);
-  is >> p.numa_node >> p.package >> p.nic >> p.netdev;
+  is >> p.numa_node >> p.package >> p.nic >> p.netdev >> p.machine;
+  if (p.machine == "-") p.machine.clear();
   if (p.nic == "-") p.nic.clear();
   if (p.netdev == "-") p.netdev.clear();
   std::getline(is >> std::ws, p.host);

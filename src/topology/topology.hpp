@@ -10,11 +10,12 @@ namespace rdmacoll::topology {
 
 // What one rank learns about itself; exchanged through the rendezvous store.
 struct LocalPlacement {
-  std::string host;    // host identity (RDMACOLL_HOST_ID, else the hostname)
-  int numa_node = -1;  // NUMA node holding the rank's CPU binding; -1 if it spans several
-  int package = -1;    // likewise for the package (socket)
-  std::string nic;     // nearest RDMA device ("" when there is none)
-  std::string netdev;  // nearest network interface ("" when there is none)
+  std::string host;     // host identity (RDMACOLL_HOST_ID, else the hostname)
+  std::string machine;  // kernel boot id: ranks sharing it share CPUs, whatever `host` says
+  int numa_node = -1;   // NUMA node holding the rank's CPU binding; -1 if it spans several
+  int package = -1;     // likewise for the package (socket)
+  std::string nic;      // nearest RDMA device ("" when there is none)
+  std::string netdev;   // nearest network interface ("" when there is none)
 
   std::string serialize() const;
   static LocalPlacement parse(const std::string& text);

@@ -34,17 +34,24 @@ TEST(Topology, LayoutAndOrders) {
 }
 
 TEST(Topology, PlacementRoundTrip) {
-  topology::LocalPlacement p{"node 7", 1, 0, "mlx5_1", "ib1"};
+  topology::LocalPlacement p;
+  p.host = "node 7";
+  p.machine = "b00t-1d";
+  p.numa_node = 1;
+  p.package = 0;
+  p.nic = "mlx5_1";
+  p.netdev = "ib1";
   const auto q = topology::LocalPlacement::parse(p.serialize());
   EXPECT_EQ(q.host, "node 7");
+  EXPECT_EQ(q.machine, "b00t-1d");
   EXPECT_EQ(q.numa_node, 1);
   EXPECT_EQ(q.package, 0);
   EXPECT_EQ(q.nic, "mlx5_1");
   EXPECT_EQ(q.netdev, "ib1");
-  EXPECT_EQ(
-      topology::LocalPlacement::parse(topology::LocalPlacement{"h", -1, -1, "", ""}.serialize())
-          .nic,
-      "");
+  const auto empty = topology::LocalPlacement::parse(topology::LocalPlacement{}.serialize());
+  EXPECT_EQ(empty.nic, "");
+  EXPECT_EQ(empty.machine, "");
+  EXPECT_FALSE(topology::probe().machine.empty());
 }
 
 // The claim the topology is for: recursive doubling with the host index in the low bits sends
