@@ -24,7 +24,7 @@ inline double expected_value(int rank, int64_t i, int iter, DType in, DType out)
 // One checked gather on `group`: the output starts with values that differ from every expected
 // one, so a missing or misplaced write is caught.
 inline void gather_and_check(const Group& group, int64_t n, DType in_dt, DType out_dt, bool stacked,
-                      int iter = 0) {
+                             int iter = 0) {
   const int p = group.is_default() ? get_world_size() : group.size();
   const int me = group.is_default() ? get_rank() : group.rank();
   Tensor in = zeros({n}, in_dt);

@@ -19,7 +19,9 @@ using testing::input_value;
 using testing::run_ranks;
 using testing::RunOptions;
 
-void require_verbs() { RANK_CHECK(transport_name() == "verbs", "transport is " << transport_name()); }
+void require_verbs() {
+  RANK_CHECK(transport_name() == "verbs", "transport is " << transport_name());
+}
 
 class VerbsGroupSize : public ::testing::TestWithParam<int> {};
 
@@ -29,7 +31,7 @@ TEST_P(VerbsGroupSize, OneElementToOneMiBFlatAndStacked) {
     gather_and_check({}, 1, DType::Float32, DType::Float32, false);
     gather_and_check({}, 13, DType::Int8, DType::Int8, true);
     gather_and_check({}, 1001, DType::Int64, DType::Float32, false);
-    gather_and_check({}, 16384, DType::Float32, DType::Float32, true);       // 64 KiB
+    gather_and_check({}, 16384, DType::Float32, DType::Float32, true);           // 64 KiB
     gather_and_check({}, (1 << 20) / 4, DType::Float32, DType::Float32, false);  // 1 MiB
   }));
 }
@@ -56,7 +58,8 @@ TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
     const uint64_t before = detail::memory_registrations();
     RANK_CHECK(before > 0, "the first call registered nothing");
     for (int iter = 0; iter < 100; ++iter) {
-      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      for (int64_t i = 0; i < n; ++i)
+        in.set(i, input_value(rank, i, iter, DType::Float32));
       all_gather_into_tensor(out, in);
       for (int r = 0; r < world; ++r) {
         for (int64_t i = 0; i < n; ++i) {
@@ -65,8 +68,9 @@ TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
         }
       }
     }
-    RANK_CHECK(detail::memory_registrations() == before,
-               "registered " << detail::memory_registrations() - before << " times for reused buffers");
+    RANK_CHECK(
+        detail::memory_registrations() == before,
+        "registered " << detail::memory_registrations() - before << " times for reused buffers");
   }));
 }
 
@@ -81,9 +85,11 @@ TEST(Verbs, HundredCallsOnFreshlyMappedBuffers) {
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       RANK_CHECK(p != MAP_FAILED, "mmap");
       Tensor out = Tensor::view(p, DType::Float32, {world * n});
-      for (int64_t i = 0; i < out.numel(); ++i) out.set(i, -1);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        out.set(i, -1);
       Tensor in = zeros({n}, DType::Float32);
-      for (int64_t i = 0; i < n; ++i) in.set(i, input_value(rank, i, iter, DType::Float32));
+      for (int64_t i = 0; i < n; ++i)
+        in.set(i, input_value(rank, i, iter, DType::Float32));
       all_gather_into_tensor(out, in);
       for (int r = 0; r < world; ++r) {
         for (int64_t i = 0; i < n; ++i) {
@@ -110,23 +116,26 @@ TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};
   opt.kill_on_failure = false;
-  auto results = run_ranks(3, [](int rank, int world) {
-    require_verbs();
-    Tensor in = zeros({64}), out = zeros({world * 64});
-    for (int iter = 0; iter < 100000; ++iter) {
-      if (rank == 2 && iter == 5) ::raise(SIGKILL);
-      try {
-        all_gather_into_tensor(out, in);
-      } catch (const PeerFailure& e) {
-        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-        std::_Exit(0);
-      } catch (const Timeout& e) {
-        std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-        std::_Exit(0);
-      }
-    }
-    RANK_CHECK(false, "never noticed the dead peer");
-  }, opt);
+  auto results = run_ranks(
+      3,
+      [](int rank, int world) {
+        require_verbs();
+        Tensor in = zeros({64}), out = zeros({world * 64});
+        for (int iter = 0; iter < 100000; ++iter) {
+          if (rank == 2 && iter == 5) ::raise(SIGKILL);
+          try {
+            all_gather_into_tensor(out, in);
+          } catch (const PeerFailure& e) {
+            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+            std::_Exit(0);
+          } catch (const Timeout& e) {
+            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+            std::_Exit(0);
+          }
+        }
+        RANK_CHECK(false, "never noticed the dead peer");
+      },
+      opt);
   EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[2].exit_code, 128 + SIGKILL);

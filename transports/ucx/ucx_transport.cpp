@@ -348,7 +348,8 @@ class UcxTransport final : public Transport {
     // Also wake when a same-host peer exits; at least every 100 ms to recheck deadlines.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     std::vector<pollfd> pfds{{efd_, POLLIN, 0}};
-    for (int fd : liveness_.fds()) pfds.push_back({fd, POLLIN, 0});
+    for (int fd : liveness_.fds())
+      pfds.push_back({fd, POLLIN, 0});
     ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
   }
 
