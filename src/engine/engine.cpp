@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "common/log.hpp"
@@ -30,23 +31,46 @@ using transport::Clock;
 using transport::RequestPtr;
 
 schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
-  const char* v = std::getenv("RDMACOLL_ALGO");
-  const std::string s = v ? v : "auto";
-  if (s == "auto" || s.empty()) return schedule::choose_algorithm(p, bytes_per_rank, hosts);
-  const schedule::Algorithm a = schedule::parse_algorithm(s);
-  if (a == schedule::Algorithm::RecursiveDoubling && !schedule::is_power_of_two(p)) {
+  // RDMACOLL_ALGO is read once per process; every call of every group consults it.
+  static const std::optional<schedule::Algorithm> forced =
+      []() -> std::optional<schedule::Algorithm> {
+    const char* v = std::getenv("RDMACOLL_ALGO");
+    const std::string s = v ? v : "auto";
+    if (s == "auto" || s.empty()) return std::nullopt;
+    return schedule::parse_algorithm(s);
+  }();
+  if (!forced) return schedule::choose_algorithm(p, bytes_per_rank, hosts);
+  if (*forced == schedule::Algorithm::RecursiveDoubling && !schedule::is_power_of_two(p)) {
     throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " + std::to_string(p) +
                           " ranks");
   }
-  return a;
+  return *forced;
 }
 
 namespace {
 
+// A request of the call. What it is for is kept as numbers and spelled out only for an error
+// message, so the hot path builds no strings.
 struct Pending {
+  enum class Kind { Descriptor, Arrival, Write };
   RequestPtr req;
-  int peer;          // group rank
-  std::string what;  // for messages: "call descriptor", "chunks 2..3"
+  int peer;  // group rank
+  Kind kind;
+  int first = 0;  // chunk range, for Arrival and Write
+  int count = 0;
+
+  std::string what() const {
+    const std::string range = std::to_string(first) + ".." + std::to_string(first + count - 1);
+    switch (kind) {
+      case Kind::Descriptor:
+        return "call descriptor";
+      case Kind::Arrival:
+        return "chunks " + range;
+      case Kind::Write:
+        return "write of chunks " + range;
+    }
+    return "request";
+  }
 };
 
 // One collective call in flight: owns its requests and cancels whatever is still pending
@@ -103,7 +127,7 @@ class Call {
         const Pending& p = list[i];
         if (p.req->done()) continue;
         if (p.req->failed()) {
-          fail<PeerFailure>(where() + ": " + p.what + " with rank " +
+          fail<PeerFailure>(where() + ": " + p.what() + " with rank " +
                             std::to_string(global(p.peer)) + " failed: " + p.req->error());
         }
         all_done = false;
@@ -140,7 +164,7 @@ class Call {
     bool first = true;
     for (size_t i = begin; i < end; ++i) {
       if (list[i].req->done()) continue;
-      os << (first ? " " : ", ") << list[i].what << " with rank " << global(list[i].peer);
+      os << (first ? " " : ", ") << list[i].what() << " with rank " << global(list[i].peer);
       first = false;
     }
     return os.str();
@@ -184,7 +208,12 @@ std::string describe_args(const CallDescriptor& d) {
 std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupState& g, Call& call,
                                                  const CallDescriptor& mine) {
   const int p = g.size();
-  std::vector<std::vector<uint8_t>> buffers(p, std::vector<uint8_t>(kMaxDescriptorBytes));
+  // Receive buffers live with the group: allocated once, not on every call. A call that
+  // failed cancelled its receives and left the group unusable, so reuse is safe.
+  auto& buffers = g.descriptor_buffers;
+  if (buffers.size() != static_cast<size_t>(p)) {
+    buffers.assign(p, std::vector<uint8_t>(kMaxDescriptorBytes));
+  }
   const std::vector<uint8_t> payload = mine.serialize();
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
@@ -193,7 +222,7 @@ std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupS
                               return t.recv(call.global(peer), tag, buffers[peer].data(),
                                             buffers[peer].size());
                             }),
-                            peer, "call descriptor"});
+                            peer, Pending::Kind::Descriptor});
   }
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + i) % p;
@@ -320,13 +349,11 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
     for (const auto& r : step.recvs) {
       const uint64_t tag =
           make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
-      call.recvs().push_back(
-          {call.guarded([&] {
-             return transport_.expect(call.global(r.peer), *region, r.first * chunk,
-                                      r.count * chunk, tag);
-           }),
-           r.peer,
-           "chunks " + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1)});
+      call.recvs().push_back({call.guarded([&] {
+                                return transport_.expect(call.global(r.peer), *region,
+                                                         r.first * chunk, r.count * chunk, tag);
+                              }),
+                              r.peer, Pending::Kind::Arrival, r.first, r.count});
     }
     recv_end.push_back(call.recvs().size());
   }
@@ -356,9 +383,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
                                 return transport_.write(*region, offset, *remotes[w.peer], offset,
                                                         length, tag);
                               }),
-                              w.peer,
-                              "write of chunks " + std::to_string(w.first) + ".." +
-                                  std::to_string(w.first + w.count - 1)});
+                              w.peer, Pending::Kind::Write, w.first, w.count});
     }
   }
   call.wait(call.recvs(), 0, call.recvs().size());

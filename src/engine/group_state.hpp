@@ -25,6 +25,7 @@ class GroupState {
   uint64_t next_seq = 0;              // calls so far; the same on every member
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
+  std::vector<std::vector<uint8_t>> descriptor_buffers;  // one per member, reused every call
 
   int size() const { return static_cast<int>(members.size()); }
   bool is_member() const { return rank >= 0; }

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "common/free_port.hpp"
+
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
@@ -32,28 +34,13 @@ void usage() {
       "  WORLD_SIZE set; prefixes output with the rank; if one rank fails, ends the rest.\n");
 }
 
-// A free port below Linux's ephemeral range (32768+): an outgoing connection of another job
-// cannot be holding it when rank 0 binds it a moment later.
 int free_port() {
-  unsigned seed =
-      static_cast<unsigned>(::getpid()) * 2654435761u ^
-      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    seed = seed * 1103515245u + 12345u;
-    const int port = 20000 + static_cast<int>((seed >> 8) % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (fd >= 0) ::close(fd);
-    if (ok) return port;
+  const int port = rdmacoll::free_rendezvous_port();
+  if (port == 0) {
+    std::fprintf(stderr, "rdmacoll-run: cannot find a free port\n");
+    std::exit(2);
   }
-  std::fprintf(stderr, "rdmacoll-run: cannot find a free port\n");
-  std::exit(2);
+  return port;
 }
 
 struct Stream {

@@ -110,15 +110,9 @@ TEST(AllGather, ThousandCallsReusedBuffers) {
     Tensor in = zeros({n}, DType::Float32);
     Tensor out = zeros({world * n}, DType::Float32);
     for (int iter = 0; iter < 1000; ++iter) {
-      for (int64_t i = 0; i < n; ++i)
-        in.set(i, input_value(rank, i, iter, DType::Float32));
+      testing::fill_input(in, rank, iter);
       all_gather_into_tensor(out, in);
-      for (int r = 0; r < world; ++r) {
-        for (int64_t i = 0; i < n; ++i) {
-          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
-                     "iter " << iter << " chunk " << r << " element " << i);
-        }
-      }
+      testing::check_gathered(out, world, iter, DType::Float32);
     }
   }));
 }
@@ -253,24 +247,7 @@ TEST(AllGatherErrors, KilledRankGivesPeerFailureOrTimeoutNeverAHang) {
   opt.kill_on_failure = false;  // rank 2 dies on purpose
   const auto t0 = std::chrono::steady_clock::now();
   auto results = run_ranks(
-      3,
-      [](int rank, int world) {
-        Tensor in = zeros({1024});
-        Tensor out = zeros({world * 1024});
-        for (int iter = 0; iter < 100000; ++iter) {
-          if (rank == 2 && iter == 50) ::raise(SIGKILL);
-          try {
-            all_gather_into_tensor(out, in);
-          } catch (const PeerFailure& e) {
-            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-            std::_Exit(0);
-          } catch (const Timeout& e) {
-            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-            std::_Exit(0);
-          }
-        }
-        RANK_CHECK(false, "rank " << rank << " never noticed the dead peer");
-      },
+      3, [](int rank, int world) { testing::gather_until_a_peer_dies(rank, world, 1024, 2, 50); },
       opt);
   EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);

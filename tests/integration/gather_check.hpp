@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -69,6 +73,44 @@ void expect_throw_with(const std::function<void()>& f, const std::string& needle
     RANK_CHECK(false, "wrong exception type: " << e.what());
   }
   RANK_CHECK(false, "no exception; expected one mentioning '" << needle << "'");
+}
+
+// Fills `in` with rank `rank`'s values for iteration `iter`.
+inline void fill_input(Tensor& in, int rank, int iter) {
+  for (int64_t i = 0; i < in.numel(); ++i)
+    in.set(i, input_value(rank, i, iter, in.dtype()));
+}
+
+// Checks every element of a flat output gathered from fill_input() of every rank.
+inline void check_gathered(const Tensor& out, int world, int iter, DType in_dtype) {
+  const int64_t n = out.numel() / world;
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, in_dtype),
+                 "iter " << iter << " chunk " << r << " element " << i);
+    }
+  }
+}
+
+// Gathers n floats in a loop; rank `victim` SIGKILLs itself before call `die_at`. A survivor
+// exits 0 as soon as a call raises PeerFailure or Timeout, and fails if none ever does.
+[[noreturn]] inline void gather_until_a_peer_dies(int rank, int world, int64_t n, int victim,
+                                                  int die_at) {
+  Tensor in = zeros({n});
+  Tensor out = zeros({world * n});
+  for (int iter = 0; iter < 100000; ++iter) {
+    if (rank == victim && iter == die_at) ::raise(SIGKILL);
+    try {
+      all_gather_into_tensor(out, in);
+    } catch (const PeerFailure& e) {
+      std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+      std::_Exit(0);
+    } catch (const Timeout& e) {
+      std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
+      std::_Exit(0);
+    }
+  }
+  throw CheckFailure("rank " + std::to_string(rank) + " never noticed the dead peer");
 }
 
 }  // namespace rdmacoll::testing

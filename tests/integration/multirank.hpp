@@ -23,6 +23,8 @@
 
 #include <rdmacoll/rdmacoll.hpp>
 
+#include "common/free_port.hpp"
+
 namespace rdmacoll::testing {
 
 struct CheckFailure : std::runtime_error {
@@ -38,25 +40,8 @@ struct CheckFailure : std::runtime_error {
     }                                                                             \
   } while (0)
 
-// A free port below Linux's ephemeral range (32768+), so that no outgoing connection of a test
-// running in parallel can be holding it when rank 0 binds it.
 inline int free_port() {
-  static unsigned seed = static_cast<unsigned>(::getpid()) * 2654435761u;
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    seed = seed * 1103515245u + 12345u;
-    const int port = 20000 + static_cast<int>((seed >> 8) % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  return 0;
+  return free_rendezvous_port();
 }
 
 struct RankResult {

@@ -58,15 +58,9 @@ TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
     const uint64_t before = detail::memory_registrations();
     RANK_CHECK(before > 0, "the first call registered nothing");
     for (int iter = 0; iter < 100; ++iter) {
-      for (int64_t i = 0; i < n; ++i)
-        in.set(i, input_value(rank, i, iter, DType::Float32));
+      testing::fill_input(in, rank, iter);
       all_gather_into_tensor(out, in);
-      for (int r = 0; r < world; ++r) {
-        for (int64_t i = 0; i < n; ++i) {
-          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
-                     "iter " << iter << " chunk " << r << " element " << i);
-        }
-      }
+      testing::check_gathered(out, world, iter, DType::Float32);
     }
     RANK_CHECK(
         detail::memory_registrations() == before,
@@ -88,15 +82,9 @@ TEST(Verbs, HundredCallsOnFreshlyMappedBuffers) {
       for (int64_t i = 0; i < out.numel(); ++i)
         out.set(i, -1);
       Tensor in = zeros({n}, DType::Float32);
-      for (int64_t i = 0; i < n; ++i)
-        in.set(i, input_value(rank, i, iter, DType::Float32));
+      testing::fill_input(in, rank, iter);
       all_gather_into_tensor(out, in);
-      for (int r = 0; r < world; ++r) {
-        for (int64_t i = 0; i < n; ++i) {
-          RANK_CHECK(out.item(r * n + i) == input_value(r, i, iter, DType::Float32),
-                     "iter " << iter << " chunk " << r << " element " << i);
-        }
-      }
+      testing::check_gathered(out, world, iter, DType::Float32);
       ::munmap(p, bytes);
     }
   }));
@@ -120,20 +108,7 @@ TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
       3,
       [](int rank, int world) {
         require_verbs();
-        Tensor in = zeros({64}), out = zeros({world * 64});
-        for (int iter = 0; iter < 100000; ++iter) {
-          if (rank == 2 && iter == 5) ::raise(SIGKILL);
-          try {
-            all_gather_into_tensor(out, in);
-          } catch (const PeerFailure& e) {
-            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-            std::_Exit(0);
-          } catch (const Timeout& e) {
-            std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
-            std::_Exit(0);
-          }
-        }
-        RANK_CHECK(false, "never noticed the dead peer");
+        testing::gather_until_a_peer_dies(rank, world, 64, 2, 5);
       },
       opt);
   EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
