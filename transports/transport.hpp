@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -102,9 +103,11 @@ class Transport {
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
   virtual std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
-                                                      const Bytes& packed_key) = 0;
+                                                      std::span<const uint8_t> packed_key) = 0;
 
-  // Control messages (<= a few KiB), copied before send() returns; matched by exact tag.
+  // Largest control message send() carries (the receiver's recv() capacity may not exceed it).
+  virtual size_t max_message_bytes() const { return SIZE_MAX; }
+  // Control messages (<= max_message_bytes()), copied before send() returns; matched by tag.
   virtual RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) = 0;
   virtual RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) = 0;
 

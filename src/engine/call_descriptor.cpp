@@ -1,5 +1,7 @@
 #include "engine/call_descriptor.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "rdmacoll/errors.hpp"
@@ -29,38 +31,57 @@ struct Fixed {
   uint32_t reserved;
 };
 
+static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
+
 }  // namespace
 
+size_t eager_limit(int p, size_t max_message) {
+  static const size_t forced = [] {
+    const char* v = std::getenv("RDMACOLL_EAGER_LIMIT");
+    return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : SIZE_MAX;
+  }();
+  if (forced != SIZE_MAX) return std::min(forced, max_message / 2);
+  const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));
+  return std::min(std::clamp<size_t>(per_peer, 2048, 64 << 10), max_message / 2);
+}
+
+void CallDescriptor::serialize_into(std::vector<uint8_t>& out, size_t limit) const {
+  const size_t err_len = std::min(error.size(), kMaxErrorBytes);
+  const Fixed f{kMagic,
+                group,
+                seq,
+                rank,
+                static_cast<uint8_t>(op),
+                static_cast<uint8_t>(ok ? 1 : 0),
+                in_dtype,
+                out_dtype,
+                in_numel,
+                out_numel,
+                out_addr,
+                out_bytes,
+                static_cast<uint32_t>(key.size()),
+                static_cast<uint32_t>(err_len),
+                static_cast<uint32_t>(inline_data.size()),
+                0};
+  const size_t total = sizeof f + key.size() + err_len + inline_data.size();
+  if (total > limit) {
+    throw TransportError("call descriptor of " + std::to_string(total) +
+                         " bytes exceeds the limit of " + std::to_string(limit));
+  }
+  out.resize(total);
+  uint8_t* p = out.data();
+  std::memcpy(p, &f, sizeof f);
+  p += sizeof f;
+  if (!key.empty()) std::memcpy(p, key.data(), key.size());
+  p += key.size();
+  if (err_len) std::memcpy(p, error.data(), err_len);
+  p += err_len;
+  if (!inline_data.empty()) std::memcpy(p, inline_data.data(), inline_data.size());
+}
+
 std::vector<uint8_t> CallDescriptor::serialize() const {
-  const std::string err = error.substr(0, 1024);
-  Fixed f{kMagic,
-          group,
-          seq,
-          rank,
-          static_cast<uint8_t>(op),
-          static_cast<uint8_t>(ok ? 1 : 0),
-          in_dtype,
-          out_dtype,
-          in_numel,
-          out_numel,
-          out_addr,
-          out_bytes,
-          static_cast<uint32_t>(key.size()),
-          static_cast<uint32_t>(err.size()),
-          static_cast<uint32_t>(inline_data.size()),
-          0};
-  std::vector<uint8_t> out(sizeof f + key.size() + err.size() + inline_data.size());
-  std::memcpy(out.data(), &f, sizeof f);
-  if (!key.empty()) std::memcpy(out.data() + sizeof f, key.data(), key.size());
-  if (!err.empty()) std::memcpy(out.data() + sizeof f + key.size(), err.data(), err.size());
-  if (!inline_data.empty()) {
-    std::memcpy(out.data() + sizeof f + key.size() + err.size(), inline_data.data(),
-                inline_data.size());
-  }
-  if (out.size() > kMaxDescriptorBytes) {
-    throw TransportError("call descriptor of " + std::to_string(out.size()) +
-                         " bytes exceeds the limit of " + std::to_string(kMaxDescriptorBytes));
-  }
+  std::vector<uint8_t> out;
+  serialize_into(out, SIZE_MAX);
   return out;
 }
 
@@ -86,10 +107,12 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.out_numel = f.out_numel;
   d.out_addr = f.out_addr;
   d.out_bytes = f.out_bytes;
-  d.key.assign(data + sizeof f, data + sizeof f + f.key_len);
-  d.error.assign(reinterpret_cast<const char*>(data) + sizeof f + f.key_len, f.error_len);
-  const uint8_t* inl = data + sizeof f + f.key_len + f.error_len;
-  d.inline_data.assign(inl, inl + f.inline_len);
+  const uint8_t* p = data + sizeof f;
+  d.key = {p, f.key_len};
+  p += f.key_len;
+  d.error = {reinterpret_cast<const char*>(p), f.error_len};
+  p += f.error_len;
+  d.inline_data = {p, f.inline_len};
   return d;
 }
 

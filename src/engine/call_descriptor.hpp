@@ -3,9 +3,17 @@
 // "call #seq of group g: my output is at (address, key, length), these are my sizes and dtypes"
 // or "I rejected my arguments because ...". Writers write only after they hold the receiver's
 // descriptor for the same call, and never past its advertised length.
+//
+// Small calls carry the sender's chunk in the same message (the eager path): one message round
+// and no registration. On the hot path nothing here allocates: a parsed descriptor's key, error
+// and inline data are views into the buffer it was parsed from, and serialize_into() reuses
+// its output's capacity.
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rdmacoll::engine {
@@ -24,20 +32,35 @@ struct CallDescriptor {
   uint64_t out_numel = 0;
   uint64_t out_addr = 0;
   uint64_t out_bytes = 0;
-  std::vector<uint8_t> key;
-  std::string error;
-  // Small calls carry the sender's chunk right here: one message round, no data phase.
-  std::vector<uint8_t> inline_data;
+  // Views: into the parsed buffer, or (for our own descriptor) into memory the caller keeps
+  // alive until serialize_into() returns.
+  std::span<const uint8_t> key;
+  std::string_view error;  // at most kMaxErrorBytes travel
+  std::span<const uint8_t> inline_data;
 
-  std::vector<uint8_t> serialize() const;
-  // Throws TransportError on a malformed message.
+  // Replaces `out` with the message; throws TransportError if it would exceed `limit` bytes.
+  void serialize_into(std::vector<uint8_t>& out, size_t limit) const;
+  std::vector<uint8_t> serialize() const;  // for tests: no limit
+  // Throws TransportError on a malformed message. The result views `data`.
   static CallDescriptor parse(const uint8_t* data, size_t length);
 };
 
+inline constexpr size_t kMaxErrorBytes = 1024;
+// Header, key and error together stay below this; inline data comes on top.
 inline constexpr size_t kMaxDescriptorBytes = 4096;
-// Chunks up to this size travel inline in the descriptor (header + key + error stay below
-// the rest of kMaxDescriptorBytes).
-inline constexpr size_t kMaxInlineBytes = 2048;
+
+// Largest chunk that travels inline, for a group of p ranks over a transport whose control
+// messages carry at most `max_message` bytes. Every rank computes the same value (same p, same
+// transport), so all agree on the path. Receive buffers take p x (limit + header), so the
+// limit shrinks as groups grow: 64 KiB up to 16 ranks, 1 MiB / p beyond, never under 2 KiB,
+// and at most half a control message. RDMACOLL_EAGER_LIMIT overrides it (bytes, for
+// measurements; every rank must set the same).
+size_t eager_limit(int p, size_t max_message = SIZE_MAX);
+
+// Room a descriptor receive buffer needs when chunks up to `limit` travel inline.
+inline size_t descriptor_capacity(size_t limit) {
+  return limit + 128 > kMaxDescriptorBytes ? limit + 128 : kMaxDescriptorBytes;
+}
 
 // Tags: kind (2 bits) | group (14) | seq (24) | index (24). Data tags carry the first chunk
 // of the run, control tags the sender's group rank; both are unique per receiver and call.

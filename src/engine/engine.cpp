@@ -49,30 +49,6 @@ schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
 
 namespace {
 
-// A request of the call. What it is for is kept as numbers and spelled out only for an error
-// message, so the hot path builds no strings.
-struct Pending {
-  enum class Kind { Descriptor, Arrival, Write };
-  RequestPtr req;
-  int peer;  // group rank
-  Kind kind;
-  int first = 0;  // chunk range, for Arrival and Write
-  int count = 0;
-
-  std::string what() const {
-    const std::string range = std::to_string(first) + ".." + std::to_string(first + count - 1);
-    switch (kind) {
-      case Kind::Descriptor:
-        return "call descriptor";
-      case Kind::Arrival:
-        return "chunks " + range;
-      case Kind::Write:
-        return "write of chunks " + range;
-    }
-    return "request";
-  }
-};
-
 // One collective call in flight: owns its requests and cancels whatever is still pending
 // when the call ends early, so no receive lands in memory the caller may free.
 class Call {
@@ -83,13 +59,19 @@ class Call {
         op_(op),
         seq_(g.next_seq++),
         deadline_(Clock::now() + g.timeout),
-        spin_(spin) {}
+        spin_(spin),
+        recvs_(g.scratch.recvs),
+        sends_(g.scratch.sends) {
+    recvs_.clear();
+    sends_.clear();
+  }
 
   ~Call() {
     for (auto* list : {&recvs_, &sends_}) {
       for (auto& p : *list) {
         if (p.req && !p.req->done()) t_.cancel(p.req);
       }
+      list->clear();  // keeps the capacity for the group's next call
     }
   }
 
@@ -139,10 +121,15 @@ class Call {
       }
       // Spin (latency: a wake-up from poll() costs tens of us), then check on the peers and
       // block in the transport so that ranks outnumbering the cores yield the CPU.
-      if (++idle <= 64) continue;
+      // When ranks outnumber cores, every idle round yields: the rank we wait for may be
+      // queued behind us on this core.
+      if (++idle <= 64) {
+        if (spin_.yield) sched_yield();
+        continue;
+      }
       if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
       if (Clock::now() < spin_until_) {
-        if (spin_.yield) sched_yield();  // let a rank sharing this core run
+        if (spin_.yield) sched_yield();
         continue;
       }
       for (size_t i = begin; i < end; ++i) {
@@ -183,8 +170,8 @@ class Call {
   Clock::time_point deadline_;
   SpinPolicy spin_;
   Clock::time_point spin_until_{};
-  std::vector<Pending> recvs_;
-  std::vector<Pending> sends_;
+  std::vector<Pending>& recvs_;  // the group's scratch lists
+  std::vector<Pending>& sends_;
 };
 
 void check_usable(const GroupState& g, const char* op) {
@@ -204,23 +191,26 @@ std::string describe_args(const CallDescriptor& d) {
          " x " + dtype_name(static_cast<DType>(d.out_dtype));
 }
 
-// Sends our descriptor to every other member and collects theirs (index = group rank).
-std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupState& g, Call& call,
-                                                 const CallDescriptor& mine) {
+// Sends our descriptor to every other member and collects theirs (index = group rank). The
+// result lives in the group's scratch and views its receive buffers: valid until the next call.
+const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
+                                                        Call& call, const CallDescriptor& mine) {
   const int p = g.size();
-  // Receive buffers live with the group: allocated once, not on every call. A call that
-  // failed cancelled its receives and left the group unusable, so reuse is safe.
-  auto& buffers = g.descriptor_buffers;
-  if (buffers.size() != static_cast<size_t>(p)) {
-    buffers.assign(p, std::vector<uint8_t>(kMaxDescriptorBytes));
+  CallScratch& s = g.scratch;
+  // Sized for the largest descriptor any member may send: header, key, error and an eager
+  // chunk. Allocated once per group.
+  const size_t capacity = descriptor_capacity(eager_limit(p, t.max_message_bytes()));
+  if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
+    s.receive.assign(p, std::vector<uint8_t>(capacity));
+    s.receive_capacity = capacity;
   }
-  const std::vector<uint8_t> payload = mine.serialize();
+  mine.serialize_into(s.send, capacity);
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
     call.recvs().push_back({call.guarded([&] {
-                              return t.recv(call.global(peer), tag, buffers[peer].data(),
-                                            buffers[peer].size());
+                              return t.recv(call.global(peer), tag, s.receive[peer].data(),
+                                            capacity);
                             }),
                             peer, Pending::Kind::Descriptor});
   }
@@ -228,22 +218,22 @@ std::vector<CallDescriptor> exchange_descriptors(transport::Transport& t, GroupS
     const int peer = (g.rank + i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
     // The transport owns the copy of a control message until it is sent; nothing to track.
-    call.guarded([&] { return t.send(call.global(peer), tag, payload.data(), payload.size()); });
+    call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
   }
   call.wait(call.recvs(), 0, call.recvs().size());
-  std::vector<CallDescriptor> all(p);
-  all[g.rank] = mine;
+  s.descriptors.resize(p);
+  s.descriptors[g.rank] = mine;
   for (const Pending& pr : call.recvs()) {
-    CallDescriptor d = CallDescriptor::parse(buffers[pr.peer].data(), pr.req->length());
+    CallDescriptor d = CallDescriptor::parse(s.receive[pr.peer].data(), pr.req->length());
     if (d.seq != call.seq() || d.group != g.id || d.rank != pr.peer || d.op != mine.op) {
       throw TransportError(call.where() + ": descriptor from rank " +
                            std::to_string(call.global(pr.peer)) + " is for another call (group " +
                            std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
     }
-    all[pr.peer] = std::move(d);
+    s.descriptors[pr.peer] = d;
   }
   call.recvs().clear();
-  return all;
+  return s.descriptors;
 }
 
 // Every rank sees the same descriptors, so every rank raises the same error.
@@ -251,7 +241,7 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
   for (size_t r = 0; r < all.size(); ++r) {
     if (!all[r].ok) {
       throw InvalidArgument(call.where() + ": rank " + std::to_string(call.global(r)) +
-                            " rejected its arguments: " + all[r].error);
+                            " rejected its arguments: " + std::string(all[r].error));
     }
   }
   const CallDescriptor& ref = all[0];
@@ -302,6 +292,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   }
 
   std::shared_ptr<transport::MemoryRegion> region;
+  transport::Bytes key;
   CallDescriptor mine;
   mine.seq = call.seq();
   mine.group = g.id;
@@ -313,19 +304,21 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   mine.out_dtype = static_cast<uint8_t>(a.out_dtype);
   mine.in_numel = static_cast<uint64_t>(a.in_numel);
   mine.out_numel = static_cast<uint64_t>(a.out_numel);
-  // Small chunks ride inline in the descriptors: one all-to-all message round, no
-  // registration, no data phase. Every rank decides alike (same chunk size, same limit).
-  const bool inline_path = mine.ok && chunk > 0 && chunk <= kMaxInlineBytes;
+  // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
+  // round, no registration, no data phase. Every rank decides alike (same chunk size, same
+  // limit); a rank whose sizes differ is caught by check_descriptors either way.
+  const bool inline_path =
+      mine.ok && chunk > 0 && chunk <= eager_limit(p, transport_.max_message_bytes());
   if (inline_path) {
-    const uint8_t* slot = out + static_cast<size_t>(g.rank) * chunk;
-    mine.inline_data.assign(slot, slot + chunk);
+    mine.inline_data = {out + static_cast<size_t>(g.rank) * chunk, chunk};
   } else if (mine.ok) {
     region = transport_.register_memory(out, out_bytes);
     mine.out_addr = reinterpret_cast<uint64_t>(out);
     mine.out_bytes = out_bytes;
-    mine.key = region->packed_key();
+    key = region->packed_key();
+    mine.key = key;
   }
-  const std::vector<CallDescriptor> all = exchange_descriptors(transport_, g, call, mine);
+  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
   check_descriptors(call, all);
   if (chunk == 0) return;

@@ -9,9 +9,23 @@
 #include <string>
 #include <vector>
 
+#include "engine/call_descriptor.hpp"
+#include "engine/pending.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll {
+
+// Buffers every call of a group reuses, so that a small collective allocates nothing. Calls of
+// one group never overlap (each returns before the next starts, and a failed call leaves the
+// group unusable), so one set per group is enough.
+struct CallScratch {
+  std::vector<std::vector<uint8_t>> receive;  // descriptor buffers, one per member
+  size_t receive_capacity = 0;
+  std::vector<uint8_t> send;                        // our serialized descriptor
+  std::vector<engine::CallDescriptor> descriptors;  // this call's, index = group rank
+  std::vector<engine::Pending> recvs;
+  std::vector<engine::Pending> sends;
+};
 
 class GroupState {
  public:
@@ -25,7 +39,7 @@ class GroupState {
   uint64_t next_seq = 0;              // calls so far; the same on every member
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
-  std::vector<std::vector<uint8_t>> descriptor_buffers;  // one per member, reused every call
+  CallScratch scratch;
 
   int size() const { return static_cast<int>(members.size()); }
   bool is_member() const { return rank >= 0; }

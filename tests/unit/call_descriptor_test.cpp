@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "engine/call_descriptor.hpp"
 #include "rdmacoll/errors.hpp"
 
@@ -18,8 +21,11 @@ TEST(CallDescriptor, RoundTrip) {
   d.out_numel = 40;
   d.out_addr = 0x1234;
   d.out_bytes = 160;
-  d.key = {1, 2, 3};
+  const std::vector<uint8_t> key = {1, 2, 3};
+  const std::vector<uint8_t> chunk = {9, 8, 7, 6};
+  d.key = key;
   d.error = "bad shape";
+  d.inline_data = chunk;
   const auto bytes = d.serialize();
   CallDescriptor e = CallDescriptor::parse(bytes.data(), bytes.size());
   EXPECT_EQ(e.seq, 77u);
@@ -27,8 +33,41 @@ TEST(CallDescriptor, RoundTrip) {
   EXPECT_EQ(e.rank, 2);
   EXPECT_FALSE(e.ok);
   EXPECT_EQ(e.out_numel, 40u);
-  EXPECT_EQ(e.key, d.key);
+  EXPECT_EQ(std::vector<uint8_t>(e.key.begin(), e.key.end()), key);
   EXPECT_EQ(e.error, "bad shape");
+  EXPECT_EQ(std::vector<uint8_t>(e.inline_data.begin(), e.inline_data.end()), chunk);
+}
+
+TEST(CallDescriptor, SerializeIntoReusesTheBufferAndEnforcesTheLimit) {
+  CallDescriptor d;
+  const std::vector<uint8_t> chunk(100, 1);
+  d.inline_data = chunk;
+  std::vector<uint8_t> out;
+  d.serialize_into(out, 4096);
+  const size_t with_chunk = out.size();
+  const uint8_t* storage = out.data();
+  d.inline_data = {};
+  d.serialize_into(out, 4096);
+  EXPECT_EQ(out.size(), with_chunk - 100);
+  EXPECT_EQ(out.data(), storage);  // shrank in place: no new allocation
+  d.inline_data = chunk;
+  EXPECT_THROW(d.serialize_into(out, with_chunk - 1), TransportError);
+}
+
+TEST(CallDescriptor, LongErrorsAreCutToTheLimit) {
+  CallDescriptor d;
+  const std::string long_error(5000, 'x');
+  d.ok = false;
+  d.error = long_error;
+  const auto bytes = d.serialize();
+  EXPECT_EQ(CallDescriptor::parse(bytes.data(), bytes.size()).error.size(), kMaxErrorBytes);
+}
+
+TEST(CallDescriptor, EagerLimitShrinksWithTheGroupButStaysUseful) {
+  EXPECT_EQ(eager_limit(2), 64u << 10);
+  EXPECT_EQ(eager_limit(16), 64u << 10);
+  EXPECT_EQ(eager_limit(64), 16u << 10);
+  EXPECT_EQ(eager_limit(4096), 2048u);
 }
 
 TEST(CallDescriptor, RejectsMalformed) {

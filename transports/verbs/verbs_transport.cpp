@@ -318,7 +318,7 @@ class VerbsTransport final : public Transport {
   }
 
   std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
-                                              const Bytes& packed_key) override {
+                                              std::span<const uint8_t> packed_key) override {
     uint32_t rkey = 0;
     if (packed_key.size() == 4) std::memcpy(&rkey, packed_key.data(), 4);
     return std::make_unique<VerbsRemoteRegion>(peer, base, length, rkey);
@@ -356,6 +356,8 @@ class VerbsTransport final : public Transport {
     });
     return req;
   }
+
+  size_t max_message_bytes() const override { return kCtrlBytes - 8; }
 
   RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) override {
     auto req = std::make_shared<VerbsRequest>(peer);
