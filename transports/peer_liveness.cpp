@@ -23,9 +23,13 @@ std::string host_key() {
     if (std::fgets(buf, sizeof buf, f)) boot = buf;
     std::fclose(f);
   }
-  char ns[128] = {};
-  [[maybe_unused]] ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  return std::string(host) + "/" + boot + "/" + ns;
+  // Same host for us means: pidfds reach the peer (pid namespace) and the peer's shared
+  // memory segments can be attached (IPC namespace, for the eager slots).
+  char pid_ns[128] = {};
+  char ipc_ns[128] = {};
+  [[maybe_unused]] ssize_t n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
+  n = ::readlink("/proc/self/ns/ipc", ipc_ns, sizeof ipc_ns - 1);
+  return std::string(host) + "/" + boot + "/" + pid_ns + "/" + ipc_ns;
 }
 
 PeerLiveness::~PeerLiveness() {

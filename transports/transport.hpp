@@ -121,6 +121,20 @@ class Transport {
   virtual RequestPtr expect(int peer, MemoryRegion& region, size_t offset, size_t length,
                             uint64_t signal) = 0;
 
+  // Shared memory for load/store protocols (the engine's eager slots). allocate_mappable()
+  // returns zeroed memory that same-host peers can map, or nullptr where the transport has
+  // none (verbs, UCX without shared memory); it stays allocated as long as the transport, since
+  // peers may still map it after we dropped it. map_remote() turns a peer's (base, length, key)
+  // into a pointer this process can load from and store to, or nullptr; the mapping lives as
+  // long as the transport. doorbell() wakes `peer` if it blocks in wait_for_event(); the
+  // message carries nothing and the receiving transport consumes it.
+  virtual std::shared_ptr<MemoryRegion> allocate_mappable(size_t /*length*/) { return nullptr; }
+  virtual void* map_remote(int /*peer*/, uint64_t /*base*/, size_t /*length*/,
+                           std::span<const uint8_t> /*packed_key*/) {
+    return nullptr;
+  }
+  virtual void doorbell(int /*peer*/) {}
+
   // Stops a pending request; afterwards it no longer touches its buffer.
   virtual void cancel(const RequestPtr& request) = 0;
 
@@ -131,6 +145,9 @@ class Transport {
 
   // Memory registrations actually made (registration-cache misses), for tests and logs.
   virtual uint64_t registrations() const { return 0; }
+
+  // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
+  uint64_t doorbells_rung() const { return doorbells_; }
 
   // Data bytes this process has written to `peer` with write() (not control messages).
   uint64_t bytes_written_to(int peer) const {
@@ -143,6 +160,7 @@ class Transport {
     if (static_cast<size_t>(peer) >= bytes_to_.size()) bytes_to_.resize(peer + 1, 0);
     bytes_to_[peer] += bytes;
   }
+  void count_doorbell() { ++doorbells_; }
 
  public:
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
@@ -150,6 +168,7 @@ class Transport {
 
  private:
   std::vector<uint64_t> bytes_to_;
+  uint64_t doorbells_ = 0;
 };
 
 // The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).

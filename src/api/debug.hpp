@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "rdmacoll/process_group.hpp"
+
 namespace rdmacoll::detail {
 
 // Memory registrations the transport has made so far (registration-cache misses).
@@ -14,5 +16,11 @@ uint64_t bytes_written_to(int peer);
 
 // The host identity global rank `rank` reported (RDMACOLL_HOST_ID or its hostname).
 std::string host_of(int rank);
+
+// Whether `group`'s small calls go through eager slots in shared memory (engine/eager_slots).
+bool eager_slots_active(const Group& group = {});
+
+// Doorbells this process rang to wake a peer blocked on its eager slots.
+uint64_t doorbells_rung();
 
 }  // namespace rdmacoll::detail

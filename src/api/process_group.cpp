@@ -351,6 +351,12 @@ uint64_t memory_registrations() {
 uint64_t bytes_written_to(int peer) {
   return require_context("bytes_written_to").transport->bytes_written_to(peer);
 }
+bool eager_slots_active(const Group& group) {
+  return resolve(group, "eager_slots_active").scratch.slots.active();
+}
+uint64_t doorbells_rung() {
+  return require_context("doorbells_rung").transport->doorbells_rung();
+}
 std::string host_of(int rank) {
   return require_context("host_of").placements.at(rank).host;
 }

@@ -28,25 +28,39 @@ struct Fixed {
   uint32_t key_len;
   uint32_t error_len;
   uint32_t inline_len;
-  uint32_t reserved;
+  uint32_t slot_key_len;
+  uint64_t slot_addr;
+  uint8_t slots_mapped;
+  uint8_t reserved[7];
 };
 
 static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
 
 }  // namespace
 
-size_t eager_limit(int p, size_t max_message) {
+size_t eager_limit(int p, int hosts, size_t max_message) {
   static const size_t forced = [] {
     const char* v = std::getenv("RDMACOLL_EAGER_LIMIT");
     return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : SIZE_MAX;
   }();
   if (forced != SIZE_MAX) return std::min(forced, max_message / 2);
   const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));
-  return std::min(std::clamp<size_t>(per_peer, 2048, 64 << 10), max_message / 2);
+  const size_t limit = hosts > 1 ? 2048 : std::clamp<size_t>(per_peer, 2048, 64 << 10);
+  return std::min(limit, max_message / 2);
 }
 
-void CallDescriptor::serialize_into(std::vector<uint8_t>& out, size_t limit) const {
+size_t CallDescriptor::serialized_size() const {
+  return sizeof(Fixed) + key.size() + std::min(error.size(), kMaxErrorBytes) + slot_key.size() +
+         inline_data.size();
+}
+
+size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
   const size_t err_len = std::min(error.size(), kMaxErrorBytes);
+  const size_t total = serialized_size();
+  if (total > capacity) {
+    throw TransportError("call descriptor of " + std::to_string(total) +
+                         " bytes exceeds the limit of " + std::to_string(capacity));
+  }
   const Fixed f{kMagic,
                 group,
                 seq,
@@ -62,21 +76,30 @@ void CallDescriptor::serialize_into(std::vector<uint8_t>& out, size_t limit) con
                 static_cast<uint32_t>(key.size()),
                 static_cast<uint32_t>(err_len),
                 static_cast<uint32_t>(inline_data.size()),
-                0};
-  const size_t total = sizeof f + key.size() + err_len + inline_data.size();
+                static_cast<uint32_t>(slot_key.size()),
+                slot_addr,
+                static_cast<uint8_t>(slots_mapped ? 1 : 0),
+                {}};
+  uint8_t* p = dst;
+  std::memcpy(p, &f, sizeof f);
+  p += sizeof f;
+  for (std::span<const uint8_t> part :
+       {key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(error.data()), err_len),
+        slot_key, inline_data}) {
+    if (!part.empty()) std::memcpy(p, part.data(), part.size());
+    p += part.size();
+  }
+  return total;
+}
+
+void CallDescriptor::serialize_into(std::vector<uint8_t>& out, size_t limit) const {
+  const size_t total = serialized_size();
   if (total > limit) {
     throw TransportError("call descriptor of " + std::to_string(total) +
                          " bytes exceeds the limit of " + std::to_string(limit));
   }
   out.resize(total);
-  uint8_t* p = out.data();
-  std::memcpy(p, &f, sizeof f);
-  p += sizeof f;
-  if (!key.empty()) std::memcpy(p, key.data(), key.size());
-  p += key.size();
-  if (err_len) std::memcpy(p, error.data(), err_len);
-  p += err_len;
-  if (!inline_data.empty()) std::memcpy(p, inline_data.data(), inline_data.size());
+  serialize_to(out.data(), total);
 }
 
 std::vector<uint8_t> CallDescriptor::serialize() const {
@@ -92,7 +115,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   }
   std::memcpy(&f, data, sizeof f);
   if (f.magic != kMagic ||
-      sizeof f + static_cast<size_t>(f.key_len) + f.error_len + f.inline_len != length) {
+      sizeof f + static_cast<size_t>(f.key_len) + f.error_len + f.slot_key_len + f.inline_len !=
+          length) {
     throw TransportError("malformed call descriptor (bad magic or lengths)");
   }
   CallDescriptor d;
@@ -112,6 +136,10 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   p += f.key_len;
   d.error = {reinterpret_cast<const char*>(p), f.error_len};
   p += f.error_len;
+  d.slot_key = {p, f.slot_key_len};
+  p += f.slot_key_len;
+  d.slot_addr = f.slot_addr;
+  d.slots_mapped = f.slots_mapped != 0;
   d.inline_data = {p, f.inline_len};
   return d;
 }

@@ -37,7 +37,16 @@ struct CallDescriptor {
   std::span<const uint8_t> key;
   std::string_view error;  // at most kMaxErrorBytes travel
   std::span<const uint8_t> inline_data;
+  // Setting up the group's eager slots (engine/eager_slots.hpp): the sender's slot memory
+  // (first call), then whether the sender mapped every peer's (second call).
+  uint64_t slot_addr = 0;
+  std::span<const uint8_t> slot_key;
+  bool slots_mapped = false;
 
+  size_t serialized_size() const;
+  // Writes the message to dst[0, size) and returns its size; throws TransportError if it
+  // would exceed `capacity` bytes.
+  size_t serialize_to(uint8_t* dst, size_t capacity) const;
   // Replaces `out` with the message; throws TransportError if it would exceed `limit` bytes.
   void serialize_into(std::vector<uint8_t>& out, size_t limit) const;
   std::vector<uint8_t> serialize() const;  // for tests: no limit
@@ -49,13 +58,16 @@ inline constexpr size_t kMaxErrorBytes = 1024;
 // Header, key and error together stay below this; inline data comes on top.
 inline constexpr size_t kMaxDescriptorBytes = 4096;
 
-// Largest chunk that travels inline, for a group of p ranks over a transport whose control
-// messages carry at most `max_message` bytes. Every rank computes the same value (same p, same
-// transport), so all agree on the path. Receive buffers take p x (limit + header), so the
-// limit shrinks as groups grow: 64 KiB up to 16 ranks, 1 MiB / p beyond, never under 2 KiB,
-// and at most half a control message. RDMACOLL_EAGER_LIMIT overrides it (bytes, for
-// measurements; every rank must set the same).
-size_t eager_limit(int p, size_t max_message = SIZE_MAX);
+// Largest chunk that travels inline, for a group of p ranks on `hosts` hosts over a transport
+// whose control messages carry at most `max_message` bytes. Every rank computes the same value
+// (same group, same transport), so all agree on the path. Inline chunks go straight to every
+// member in one round, so:
+//  - receive buffers take p x (limit + header): the limit shrinks as groups grow (64 KiB up to
+//    16 ranks, 1 MiB / p beyond, never under 2 KiB) and is at most half a control message;
+//  - across hosts the direct round sends k times the off-host bytes of the topology-aware
+//    schedule (k ranks per host), so groups spanning hosts keep 2 KiB.
+// RDMACOLL_EAGER_LIMIT overrides it (bytes, for measurements; every rank must set the same).
+size_t eager_limit(int p, int hosts = 1, size_t max_message = SIZE_MAX);
 
 // Room a descriptor receive buffer needs when chunks up to `limit` travel inline.
 inline size_t descriptor_capacity(size_t limit) {

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/eager_slots.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll {
@@ -119,28 +121,56 @@ class Call {
         idle = 0;
         continue;
       }
-      // Spin (latency: a wake-up from poll() costs tens of us), then check on the peers and
-      // block in the transport so that ranks outnumbering the cores yield the CPU.
-      // When ranks outnumber cores, every idle round yields: the rank we wait for may be
-      // queued behind us on this core.
-      if (++idle <= 64) {
-        if (spin_.yield) sched_yield();
-        continue;
-      }
-      if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
-      if (Clock::now() < spin_until_) {
-        if (spin_.yield) sched_yield();
-        continue;
-      }
+      if (keep_spinning(idle)) continue;
       for (size_t i = begin; i < end; ++i) {
-        if (list[i].req->done()) continue;
-        if (auto why = t_.peer_failure(global(list[i].peer))) {
-          fail<PeerFailure>(where() + ": rank " + std::to_string(global(list[i].peer)) +
-                            " is gone: " + *why);
-        }
+        if (!list[i].req->done()) check_alive(list[i].peer);
       }
       if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
       t_.wait_for_event(deadline_);
+    }
+  }
+
+  // Waits until every other member's eager slot for this call is complete: polls our own
+  // memory, then (as wait() does) checks on the missing peers and blocks, after telling
+  // writers through the `sleeping` word to ring the doorbell.
+  void wait_slots(const EagerSlots& slots) {
+    const int p = g_.size();
+    const uint64_t flag = seq_ + 1;
+    auto missing = [&]() {
+      for (int i = 1; i < p; ++i) {
+        const int peer = (g_.rank + p - i) % p;
+        if (EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) !=
+            flag) {
+          return peer;
+        }
+      }
+      return -1;
+    };
+    int idle = 0;
+    while (missing() >= 0) {
+      if (keep_spinning(idle)) {
+        if (idle % 16 == 0) t_.progress();
+        continue;
+      }
+      t_.progress();
+      for (int peer = 0; peer < p; ++peer) {
+        if (peer != g_.rank &&
+            EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_acquire) !=
+                flag) {
+          check_alive(peer);
+        }
+      }
+      if (Clock::now() >= deadline_) {
+        fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
+                      " ms; still waiting for the call descriptor (eager slot) of rank " +
+                      std::to_string(global(missing())));
+      }
+      // Dekker with the writers (exchange_through_slots): either they see `sleeping` and
+      // ring, or we see their flag here and do not block.
+      // (All four accesses are seq_cst, which orders each store before the later load.)
+      slots.local_sleeping().store(flag, std::memory_order_seq_cst);
+      if (missing() >= 0) t_.wait_for_event(deadline_);
+      slots.local_sleeping().store(0, std::memory_order_relaxed);
     }
   }
 
@@ -155,6 +185,28 @@ class Call {
       first = false;
     }
     return os.str();
+  }
+
+  // One idle round: true while the wait should keep polling. Polling first saves a wake-up
+  // from poll() (tens of us); when ranks outnumber cores every round yields, since the rank
+  // we wait for may be queued behind us on this core.
+  bool keep_spinning(int& idle) {
+    if (++idle <= 64) {
+      if (spin_.yield) sched_yield();
+      return true;
+    }
+    if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
+    if (Clock::now() < spin_until_) {
+      if (spin_.yield) sched_yield();
+      return true;
+    }
+    return false;
+  }
+
+  void check_alive(int peer) {
+    if (auto why = t_.peer_failure(global(peer))) {
+      fail<PeerFailure>(where() + ": rank " + std::to_string(global(peer)) + " is gone: " + *why);
+    }
   }
 
   template <typename E>
@@ -193,17 +245,83 @@ std::string describe_args(const CallDescriptor& d) {
 
 // Sends our descriptor to every other member and collects theirs (index = group rank). The
 // result lives in the group's scratch and views its receive buffers: valid until the next call.
-const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
-                                                        Call& call, const CallDescriptor& mine) {
+const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
+                                                     const CallDescriptor& mine,
+                                                     const uint8_t* const* messages,
+                                                     const size_t* lengths) {
   const int p = g.size();
   CallScratch& s = g.scratch;
+  s.descriptors.resize(p);
+  s.descriptors[g.rank] = mine;
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == g.rank) continue;
+    CallDescriptor d = CallDescriptor::parse(messages[peer], lengths[peer]);
+    if (d.seq != call.seq() || d.group != g.id || d.rank != peer || d.op != mine.op) {
+      throw TransportError(call.where() + ": descriptor from rank " +
+                           std::to_string(call.global(peer)) + " is for another call (group " +
+                           std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
+    }
+    s.descriptors[peer] = d;
+  }
+  return s.descriptors;
+}
+
+// Eager slots are on: store our descriptor into every peer's slot, then read theirs from ours.
+const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& t, GroupState& g,
+                                                          Call& call, const CallDescriptor& mine) {
+  const int p = g.size();
+  const EagerSlots& slots = g.scratch.slots;
+  const uint64_t seq = call.seq();
+  const uint64_t flag = seq + 1;
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    uint8_t* slot = slots.remote_slot(peer, g.rank, seq);
+    EagerSlots::length(slot) = mine.serialize_to(slot + EagerSlots::kLine, slots.capacity());
+    EagerSlots::flag(slot).store(flag, std::memory_order_seq_cst);
+  }
+  // Dekker with Call::wait_slots: a peer that went to sleep before our flag landed is woken.
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    if (slots.remote_sleeping(peer).load(std::memory_order_seq_cst) == flag) {
+      call.guarded([&] {
+        t.doorbell(call.global(peer));
+        return 0;
+      });
+    }
+  }
+  call.wait_slots(slots);
+  auto& s = g.scratch;
+  s.incoming.resize(p);
+  s.incoming_lengths.resize(p);
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == g.rank) continue;
+    uint8_t* slot = slots.local_slot(peer, seq);
+    s.incoming[peer] = slot + EagerSlots::kLine;
+    s.incoming_lengths[peer] = EagerSlots::length(slot);
+    if (s.incoming_lengths[peer] > slots.capacity()) {
+      throw TransportError(call.where() + ": eager slot of rank " +
+                           std::to_string(call.global(peer)) + " claims " +
+                           std::to_string(s.incoming_lengths[peer]) + " bytes, more than its " +
+                           std::to_string(slots.capacity()));
+    }
+  }
+  return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+}
+
+const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
+                                                        Call& call, const CallDescriptor& mine_in) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  if (s.slots.active()) return exchange_through_slots(t, g, call, mine_in);
+  CallDescriptor mine = mine_in;
   // Sized for the largest descriptor any member may send: header, key, error and an eager
   // chunk. Allocated once per group.
-  const size_t capacity = descriptor_capacity(eager_limit(p, t.max_message_bytes()));
+  const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));
   if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;
   }
+  s.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
@@ -221,19 +339,16 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
     call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
   }
   call.wait(call.recvs(), 0, call.recvs().size());
-  s.descriptors.resize(p);
-  s.descriptors[g.rank] = mine;
+  s.incoming.resize(p);
+  s.incoming_lengths.resize(p);
   for (const Pending& pr : call.recvs()) {
-    CallDescriptor d = CallDescriptor::parse(s.receive[pr.peer].data(), pr.req->length());
-    if (d.seq != call.seq() || d.group != g.id || d.rank != pr.peer || d.op != mine.op) {
-      throw TransportError(call.where() + ": descriptor from rank " +
-                           std::to_string(call.global(pr.peer)) + " is for another call (group " +
-                           std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
-    }
-    s.descriptors[pr.peer] = d;
+    s.incoming[pr.peer] = s.receive[pr.peer].data();
+    s.incoming_lengths[pr.peer] = pr.req->length();
   }
   call.recvs().clear();
-  return s.descriptors;
+  const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+  s.slots.advance(t, g.members, g.rank, all);
+  return all;
 }
 
 // Every rank sees the same descriptors, so every rank raises the same error.
@@ -308,7 +423,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   // round, no registration, no data phase. Every rank decides alike (same chunk size, same
   // limit); a rank whose sizes differ is caught by check_descriptors either way.
   const bool inline_path =
-      mine.ok && chunk > 0 && chunk <= eager_limit(p, transport_.max_message_bytes());
+      mine.ok && chunk > 0 && chunk <= eager_limit(p, g.hosts, transport_.max_message_bytes());
   if (inline_path) {
     mine.inline_data = {out + static_cast<size_t>(g.rank) * chunk, chunk};
   } else if (mine.ok) {

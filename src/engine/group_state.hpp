@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/call_descriptor.hpp"
+#include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
 #include "schedule/schedule.hpp"
 
@@ -25,6 +26,9 @@ struct CallScratch {
   std::vector<engine::CallDescriptor> descriptors;  // this call's, index = group rank
   std::vector<engine::Pending> recvs;
   std::vector<engine::Pending> sends;
+  std::vector<const uint8_t*> incoming;  // where each member's descriptor is this call
+  std::vector<size_t> incoming_lengths;
+  engine::EagerSlots slots;  // small calls on one host: descriptors through shared memory
 };
 
 class GroupState {

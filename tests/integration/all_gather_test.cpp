@@ -6,7 +6,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
+#include "api/debug.hpp"
 #include "gather_check.hpp"
 
 namespace rdmacoll {
@@ -123,6 +126,93 @@ TEST(AllGather, ThousandCallsFreshBuffers) {
       gather_and_check({}, 1 + iter % 50, DType::Int32, DType::Int32, iter % 2 == 1, iter);
     }
   }));
+}
+
+// ---- eager slots (shared memory; off over TCP) ------------------------------------------------
+
+// The shm variant of this binary runs with UCX's default transports, the tcp variant with
+// UCX_TLS=tcp, where there is no shared memory to put slots in.
+bool slots_expected() {
+  const char* tls = std::getenv("UCX_TLS");
+  return !(tls && std::string(tls) == "tcp");
+}
+
+TEST(EagerSlots, OnAfterTwoCallsAndCorrectAcrossSizesBarriersAndSubgroups) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    Group sub = new_group({1, 2, 3});
+    // 64 KiB of float32 is the eager limit for 4 ranks; 16385 elements take the data path.
+    const int64_t sizes[] = {1, 7, 1000, 16384, 16385, 0, 3};
+    for (int iter = 0; iter < 120; ++iter) {
+      const int64_t n = sizes[iter % 7];
+      gather_and_check({}, n, DType::Float32, DType::Float32, iter % 2 == 0, iter);
+      if (rank != 0) gather_and_check(sub, n + 1, DType::Int16, DType::Int16, false, iter);
+      if (iter % 5 == 0) barrier();
+      if (iter >= 2) {
+        RANK_CHECK(detail::eager_slots_active() == slots_expected(),
+                   "eager slots active: " << detail::eager_slots_active() << " at call " << iter);
+      }
+    }
+    if (rank != 0) {
+      RANK_CHECK(detail::eager_slots_active(sub) == slots_expected(), "subgroup slots");
+    }
+  }));
+}
+
+TEST(EagerSlots, ErrorsRaiseOnEveryRankOnceSlotsAreOn) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    for (int iter = 0; iter < 3; ++iter)
+      gather_and_check({}, 4, DType::Float32, DType::Float32, false, iter);
+    RANK_CHECK(detail::eager_slots_active() == slots_expected(), "slots before the errors");
+    // Sizes disagree: every rank raises, and no peer chunk lands in our output.
+    const int64_t n = rank == 2 ? 5 : 4;
+    Tensor in = zeros({n});
+    Tensor out = zeros({world * n});
+    for (int64_t i = 0; i < out.numel(); ++i)
+      out.set(i, -7);
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      for (int64_t i = 0; i < n; ++i)
+        RANK_CHECK(out.item(r * n + i) == -7, "slot " << r << " element " << i);
+    }
+    // One rank's bad output shape: that rank says why, the others name it.
+    Tensor in4 = zeros({4});
+    Tensor out4 = zeros({rank == 1 ? world * 4 + 1 : world * 4});
+    if (rank == 1) {
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out4, in4); },
+                                         "output has 13 elements (13,), expected group size 3");
+    } else {
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out4, in4); },
+                                         "rank 1 rejected its arguments");
+    }
+    // The group stays usable.
+    for (int iter = 3; iter < 6; ++iter)
+      gather_and_check({}, 9, DType::Float32, DType::Float32, true, iter);
+  }));
+}
+
+// A rank that arrives late finds its peer asleep (past its spin) and must wake it through the
+// doorbell. Rank 1 is made late by burning CPU before each call; that is the scenario under
+// test, not a wait for some condition.
+TEST(EagerSlots, LateRankRingsTheDoorbellOfASleepingPeer) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_SPIN_US", "100"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        for (int iter = 0; iter < 8; ++iter) {
+          if (rank == 1 && iter >= 2) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+            while (std::chrono::steady_clock::now() < until) {
+            }
+          }
+          gather_and_check({}, 5, DType::Int32, DType::Int32, false, iter);
+        }
+        if (rank == 1 && slots_expected()) {
+          RANK_CHECK(detail::doorbells_rung() > 0, "the late rank never rang the doorbell");
+        }
+      },
+      opt));
 }
 
 // ---- errors ------------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ TEST(CallDescriptor, EagerLimitShrinksWithTheGroupButStaysUseful) {
   EXPECT_EQ(eager_limit(16), 64u << 10);
   EXPECT_EQ(eager_limit(64), 16u << 10);
   EXPECT_EQ(eager_limit(4096), 2048u);
+  EXPECT_EQ(eager_limit(4, 2), 2048u);        // spans hosts
+  EXPECT_EQ(eager_limit(2, 1, 4096), 2048u);  // verbs: 4 KiB control messages
+  EXPECT_LE(descriptor_capacity(eager_limit(2, 1, 4096)), 4096u);
 }
 
 TEST(CallDescriptor, RejectsMalformed) {

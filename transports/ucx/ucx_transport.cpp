@@ -60,6 +60,8 @@ bool shared_memory_allowed() {
 // sleeping peer to progress. Over TCP UCX emulates put and tagged messages win at every size.
 constexpr size_t kPutMaxBytes = 64u << 10;
 
+constexpr unsigned kDoorbellAm = 1;  // active-message id of doorbell()
+
 class UcxTransport;
 
 class UcxRequest final : public Request {
@@ -77,9 +79,21 @@ class UcxMemoryRegion final : public MemoryRegion {
  public:
   UcxMemoryRegion(ucp_context_h ctx, void* base, size_t length)
       : MemoryRegion(base, length), ctx_(ctx) {}
-  ~UcxMemoryRegion() override {
+  // Takes over memory UCX allocated (ucp_mem_map with ALLOCATE), already packed.
+  UcxMemoryRegion(ucp_context_h ctx, void* base, size_t length, ucp_mem_h memh, void* packed,
+                  size_t packed_size)
+      : MemoryRegion(base, length),
+        ctx_(ctx),
+        memh_(memh),
+        packed_(packed),
+        packed_size_(packed_size) {}
+  ~UcxMemoryRegion() override { release(); }
+  // Also called by the transport's destructor for regions that may outlive it.
+  void release() {
     if (packed_) ucp_rkey_buffer_release(packed_);
     if (memh_) ucp_mem_unmap(ctx_, memh_);
+    packed_ = nullptr;
+    memh_ = nullptr;
   }
   void map() {
     ucp_mem_map_params_t p{};
@@ -135,7 +149,7 @@ class UcxTransport final : public Transport {
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP | UCP_FEATURE_AM;
     ucs_status_t s = ucp_init(&params, config, &context_);
     ucp_config_release(config);
     check(s, "ucp_init");
@@ -147,6 +161,14 @@ class UcxTransport final : public Transport {
       ucp_cleanup(context_);
       check(s, "ucp_worker_create");
     }
+    // Doorbells only wake a blocked worker; their handler has nothing to do.
+    ucp_am_handler_param_t am{};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    am.id = kDoorbellAm;
+    am.cb = [](void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+      return UCS_OK;
+    };
+    check(ucp_worker_set_am_recv_handler(worker_, &am), "ucp_worker_set_am_recv_handler");
     s = ucp_worker_get_efd(worker_, &efd_);
     if (s != UCS_OK) efd_ = -1;  // no wakeup support: wait_for_event() then yields instead
     ucp_address_t* addr = nullptr;
@@ -168,6 +190,13 @@ class UcxTransport final : public Transport {
     }
     for (int i = 0; i < 1000 && !inflight_.empty(); ++i)
       ucp_worker_progress(worker_);
+    for (ucp_rkey_h k : mapped_keys_)
+      ucp_rkey_destroy(k);
+    // A group may hold its eager slots past destroy_process_group(): free them while the
+    // context still exists.
+    for (auto& region : allocated_)
+      region->release();
+    allocated_.clear();
     std::vector<void*> closing;
     for (auto& slot : peers_) {
       if (!slot->ep) continue;
@@ -239,6 +268,61 @@ class UcxTransport final : public Transport {
             "ucp_ep_rkey_unpack for peer " + std::to_string(peer));
     }
     return std::make_unique<UcxRemoteRegion>(peer, base, length, rkey);
+  }
+
+  std::shared_ptr<MemoryRegion> allocate_mappable(size_t length) override {
+    if (!shm_ || length == 0) return nullptr;
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                   UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.address = nullptr;
+    p.length = length;
+    p.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    if (ucp_mem_map(context_, &p, &memh) != UCS_OK) return nullptr;
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    if (ucp_mem_query(memh, &attr) != UCS_OK || attr.length < length ||
+        ucp_rkey_pack(context_, memh, &packed, &packed_size) != UCS_OK) {
+      ucp_mem_unmap(context_, memh);
+      return nullptr;
+    }
+    std::memset(attr.address, 0, length);
+    auto region = std::make_shared<UcxMemoryRegion>(context_, attr.address, length, memh, packed,
+                                                    packed_size);
+    allocated_.push_back(region);
+    return region;
+  }
+
+  // Works when UCX reached the peer's memory through a shared-memory transport that maps
+  // it (sysv or posix); otherwise (cma, tcp) there is no pointer and the caller falls back.
+  void* map_remote(int peer, uint64_t base, size_t length,
+                   std::span<const uint8_t> packed_key) override {
+    if (!shm_ || packed_key.empty() || length == 0 || !peers_.at(peer)->same_host) return nullptr;
+    ucp_rkey_h rkey = nullptr;
+    if (ucp_ep_rkey_unpack(ep(peer), packed_key.data(), &rkey) != UCS_OK) return nullptr;
+    void* first = nullptr;
+    void* last = nullptr;
+    if (ucp_rkey_ptr(rkey, base, &first) != UCS_OK ||
+        ucp_rkey_ptr(rkey, base + length - 1, &last) != UCS_OK ||
+        static_cast<uint8_t*>(last) != static_cast<uint8_t*>(first) + length - 1) {
+      ucp_rkey_destroy(rkey);
+      return nullptr;
+    }
+    mapped_keys_.push_back(rkey);  // the mapping lives as long as the rkey
+    return first;
+  }
+
+  void doorbell(int peer) override {
+    count_doorbell();
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    void* r = ucp_am_send_nbx(ep(peer), kDoorbellAm, nullptr, 0, nullptr, 0, &p);
+    // Fire and forget: UCX completes a freed request in the background.
+    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
   }
 
   RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
@@ -536,6 +620,11 @@ class UcxTransport final : public Transport {
   std::vector<Bytes> addresses_;
   std::vector<std::unique_ptr<PeerSlot>> peers_;
   std::vector<std::shared_ptr<UcxRequest>> inflight_;
+  std::vector<ucp_rkey_h> mapped_keys_;
+  // Mappable regions live as long as the transport, not as their group: a peer may map ours
+  // after we are done with the group (it maps during its own call), and UCX 1.13 crashes
+  // when unpacking the key of shared memory that is already gone.
+  std::vector<std::shared_ptr<UcxMemoryRegion>> allocated_;
   std::deque<std::shared_ptr<UcxRequest>> pending_notifications_;
 };
 

@@ -1,0 +1,59 @@
+#include "engine/eager_slots.hpp"
+
+#include "common/log.hpp"
+
+namespace rdmacoll::engine {
+
+void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine) {
+  if (state_ == State::Unset) {
+    capacity_ = capacity;
+    region_ = t.allocate_mappable(region_bytes(p, capacity));
+    if (region_) {
+      key_ = region_->packed_key();
+      local_ = static_cast<uint8_t*>(region_->base());
+      mine.slot_addr = reinterpret_cast<uint64_t>(local_);
+      mine.slot_key = key_;
+    }
+  } else if (state_ == State::Mapping) {
+    mine.slots_mapped = mapped_all_;
+  }
+}
+
+void EagerSlots::advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
+                         const std::vector<CallDescriptor>& all) {
+  const int p = static_cast<int>(members.size());
+  if (state_ == State::Unset) {
+    bool offered = true;
+    for (const auto& d : all)
+      offered = offered && !d.slot_key.empty();
+    if (!offered) {
+      state_ = State::Off;
+      region_.reset();
+      return;
+    }
+    peers_.assign(p, nullptr);
+    mapped_all_ = true;
+    for (int r = 0; r < p; ++r) {
+      peers_[r] =
+          r == my_rank
+              ? local_
+              : static_cast<uint8_t*>(t.map_remote(members[r], all[r].slot_addr,
+                                                   region_bytes(p, capacity_), all[r].slot_key));
+      mapped_all_ = mapped_all_ && peers_[r] != nullptr;
+    }
+    state_ = State::Mapping;
+  } else if (state_ == State::Mapping) {
+    bool everyone = true;
+    for (const auto& d : all)
+      everyone = everyone && d.slots_mapped;
+    state_ = everyone ? State::Active : State::Off;
+    if (!everyone) {
+      peers_.clear();
+      region_.reset();
+    }
+    log::info("eager slots for a group of " + std::to_string(p) +
+              " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
+  }
+}
+
+}  // namespace rdmacoll::engine

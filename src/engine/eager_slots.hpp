@@ -1,0 +1,87 @@
+#pragma once
+// Eager slots: per-group shared memory into which every peer stores its call descriptor (and
+// with it a small call's whole chunk), so a call on one host needs no message at all. Each
+// member allocates one region through the transport and peers map it; a sender then copies
+// its descriptor into its slot and publishes it by storing a flag, and the receiver polls its
+// own memory. This is the pre-registered-slot eager path (Open MPI's fast boxes, NCCL's LL
+// buffers); UCX provides and maps the shared memory.
+//
+// Set-up rides on the group's first two calls, which use messages: call #0 carries each
+// member's region key; call #1 says whether the member mapped every peer's region. Every rank
+// sees the same descriptors, so all switch to slots from call #2 on, or none does.
+//
+// Slot reuse: a sender writes slot (its rank, seq % 2) of call seq. It can reach call seq + 2
+// only after the receiver sent it call seq + 1's descriptor, which the receiver does only
+// after it has finished reading call seq. So two slots per sender never overwrite unread data.
+//
+// Region layout: a control line (the owner's `sleeping` word), then for every sender s and
+// parity q a slot of slot_bytes(): a 64-byte header (flag = seq + 1 once complete, length),
+// then the serialized descriptor.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/call_descriptor.hpp"
+#include "transports/transport.hpp"
+
+namespace rdmacoll::engine {
+
+class EagerSlots {
+ public:
+  enum class State { Unset, Mapping, Active, Off };
+  static constexpr size_t kLine = 64;
+
+  static size_t slot_bytes(size_t capacity) {
+    return kLine + (capacity + kLine - 1) / kLine * kLine;
+  }
+  static size_t region_bytes(int p, size_t capacity) {
+    return kLine + static_cast<size_t>(p) * 2 * slot_bytes(capacity);
+  }
+  static size_t slot_offset(int sender, uint64_t seq, size_t capacity) {
+    return kLine + (static_cast<size_t>(sender) * 2 + (seq & 1)) * slot_bytes(capacity);
+  }
+
+  State state() const { return state_; }
+  bool active() const { return state_ == State::Active; }
+  size_t capacity() const { return capacity_; }
+
+  // Message path only: adds this call's set-up fields to our descriptor. `members` are the
+  // group's global ranks, `capacity` its descriptor capacity.
+  void annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine);
+  // Message path only, after every descriptor arrived: moves the set-up along. Every rank
+  // decides alike from the same descriptors.
+  void advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
+               const std::vector<CallDescriptor>& all);
+
+  uint8_t* local_slot(int sender, uint64_t seq) const {
+    return local_ + slot_offset(sender, seq, capacity_);
+  }
+  uint8_t* remote_slot(int peer, int sender, uint64_t seq) const {
+    return peers_[peer] + slot_offset(sender, seq, capacity_);
+  }
+  static std::atomic_ref<uint64_t> flag(uint8_t* slot) {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot));
+  }
+  static uint64_t& length(uint8_t* slot) { return *reinterpret_cast<uint64_t*>(slot + 8); }
+  // The word a blocked owner sets to seq + 1, so that writers ring its doorbell.
+  std::atomic_ref<uint64_t> local_sleeping() const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(local_));
+  }
+  std::atomic_ref<uint64_t> remote_sleeping(int peer) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(peers_[peer]));
+  }
+
+ private:
+  State state_ = State::Unset;
+  size_t capacity_ = 0;
+  std::shared_ptr<transport::MemoryRegion> region_;
+  transport::Bytes key_;
+  uint8_t* local_ = nullptr;
+  std::vector<uint8_t*> peers_;  // each member's region as mapped here (ours for our rank)
+  bool mapped_all_ = false;
+};
+
+}  // namespace rdmacoll::engine
