@@ -138,16 +138,58 @@ double expected(int r, int64_t i) {
   return static_cast<double>((r * 7 + i) % 61);
 }
 
+// A live progress line on rank 0: to our own stderr when that is a terminal, or as status
+// lines (ended by '\r') that rdmacoll-run shows when its stderr is one (RDMACOLL_PROGRESS=1).
+// Quiet when piped. Written outside the timed region, at most every 200 ms.
+class Progress {
+ public:
+  explicit Progress(bool rank0) {
+    if (!rank0) return;
+    const char* env = std::getenv("RDMACOLL_PROGRESS");
+    direct_ = ::isatty(STDERR_FILENO) == 1;
+    on_ = direct_ || (env && std::string(env) == "1");
+  }
+  void set_phase(std::string phase) {
+    phase_ = std::move(phase);
+    last_ = {};
+  }
+  // Called between iterations, never inside a timed one.
+  void tick(int done, int total) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(200) && done != 0) return;
+    last_ = now;
+    std::fprintf(stderr, "%s# all_gather_perf %s %d/%d\r", direct_ ? "\033[K" : "", phase_.c_str(),
+                 done, total);
+    std::fflush(stderr);
+  }
+  // Before a result line goes to the same terminal.
+  void clear() {
+    if (on_ && direct_) {
+      std::fputs("\r\033[K", stderr);
+      std::fflush(stderr);
+    }
+  }
+
+ private:
+  bool on_ = false;
+  bool direct_ = false;
+  std::string phase_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
 struct Result {
   double mean_us, p50_us, p99_us;
   int64_t wrong;
 };
 
-Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world, int rank) {
+Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world,
+           Progress& progress) {
   for (int i = 0; i < warmup; ++i)
     all_gather_into_tensor(out, in);
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
+    progress.tick(i, iters);
     barrier();
     const auto t0 = std::chrono::steady_clock::now();
     all_gather_into_tensor(out, in);
@@ -176,7 +218,6 @@ Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world
         res.wrong += out.item(r * n + i) != expected(r, i);
     }
   }
-  (void)rank;
   return res;
 }
 
@@ -203,6 +244,7 @@ int main(int argc, char** argv) {
                    "size,count,type,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us,"
                    "inplace_time_us,inplace_algbw,inplace_busbw,inplace_wrong\n");
   }
+  Progress progress(rank == 0);
   std::string json = "[";
   int64_t total_wrong = 0;
   for (size_t bytes = std::max(o.min_bytes, es); bytes <= o.max_bytes;
@@ -212,13 +254,15 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < count; ++i)
       in.set(i, expected(rank, i));
     Tensor out = zeros({world * count}, o.dtype);
-    const Result op = run(out, in, o.iters, o.warmup, o.check, world, rank);
+    progress.set_phase("size " + std::to_string(count * es) + " out-of-place");
+    const Result op = run(out, in, o.iters, o.warmup, o.check, world, progress);
     // In-place: the input is this rank's own slot of the output.
     Tensor slot =
         Tensor::view(static_cast<char*>(out.data()) + rank * count * es, o.dtype, {count});
     for (int64_t i = 0; i < count; ++i)
       slot.set(i, expected(rank, i));
-    const Result ip = run(out, slot, o.iters, o.warmup, o.check, world, rank);
+    progress.set_phase("size " + std::to_string(count * es) + " in-place");
+    const Result ip = run(out, slot, o.iters, o.warmup, o.check, world, progress);
     const double size_b = static_cast<double>(count * es);
     auto algbw = [&](double us) { return world * size_b / us / 1e3; };
     const double bus = (world - 1.0) / world;
@@ -235,6 +279,7 @@ int main(int argc, char** argv) {
     json += rec;
 
     if (rank == 0) {
+      progress.clear();
       std::printf(
           "%12zu %12lld %8s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f %10.2f %9.3f %9.3f %8lld\n",
           static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),

@@ -111,6 +111,10 @@ class Transport {
   virtual RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) = 0;
   virtual RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) = 0;
 
+  // Whether write() needs its source inside a region from register_memory() (verbs: the
+  // local key). UCX reads any memory, so the engine may send straight from the input.
+  virtual bool needs_registered_source() const { return true; }
+
   // One-sided write of src[src_offset, +length) into dst[dst_offset, +length) carrying
   // `signal`. The caller has checked the range against dst's length. Transports whose signal
   // is 32 bits wide (verbs immediates) use signal_imm32(); the engine keeps that unique among

@@ -57,18 +57,47 @@ struct Rank {
   int status = 0;
 };
 
+// A status line: text a rank ends with '\r' instead of '\n' (a progress report). When our
+// stderr is a terminal we show the latest one at the bottom and erase it before any other
+// output, so it never mixes with result lines; ranks only send them when RDMACOLL_PROGRESS=1.
+bool g_status_tty = false;
+bool g_status_shown = false;
+
+void clear_status() {
+  if (!g_status_shown) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  g_status_shown = false;
+}
+
 void emit(Stream& s, const char* data, size_t n, bool flush_partial) {
   s.partial.append(data, n);
   size_t start = 0;
   for (;;) {
-    const size_t nl = s.partial.find('\n', start);
-    if (nl == std::string::npos) break;
-    std::fprintf(s.out, "[%d] %.*s\n", s.rank, static_cast<int>(nl - start),
-                 s.partial.data() + start);
-    start = nl + 1;
+    const size_t end = s.partial.find_first_of("\r\n", start);
+    if (end == std::string::npos) break;
+    const int len = static_cast<int>(end - start);
+    const char* text = s.partial.data() + start;
+    clear_status();
+    if (s.partial[end] == '\r' && end + 1 < s.partial.size() && s.partial[end + 1] == '\n') {
+      std::fprintf(s.out, "[%d] %.*s\n", s.rank, len, text);  // CRLF: an ordinary line
+      start = end + 2;
+      continue;
+    }
+    if (s.partial[end] == '\r') {
+      if (g_status_tty && len > 0) {
+        std::fprintf(stderr, "[%d] %.*s", s.rank, len, text);
+        std::fflush(stderr);
+        g_status_shown = true;
+      }
+    } else {
+      std::fprintf(s.out, "[%d] %.*s\n", s.rank, len, text);
+    }
+    start = end + 1;
   }
   s.partial.erase(0, start);
   if (flush_partial && !s.partial.empty()) {
+    clear_status();
     std::fprintf(s.out, "[%d] %s\n", s.rank, s.partial.c_str());
     s.partial.clear();
   }
@@ -111,6 +140,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  g_status_tty = ::isatty(STDERR_FILENO) == 1;
   std::vector<Rank> ranks(n);
   std::vector<Stream> streams;
   for (int r = 0; r < n; ++r) {
@@ -134,6 +164,8 @@ int main(int argc, char** argv) {
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      // Our stderr is a terminal: ranks may send progress as status lines (see emit()).
+      if (g_status_tty) ::setenv("RDMACOLL_PROGRESS", "1", 1);
       ::execvp(argv[i], argv + i);
       std::fprintf(stderr, "rdmacoll-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
       ::_exit(127);
@@ -206,6 +238,7 @@ int main(int argc, char** argv) {
         if (code != 0 && failed_rank < 0 && !terminating) {
           failed_rank = -owners[k] - 1;
           exit_code = code;
+          clear_status();
           std::fprintf(stderr, "rdmacoll-run: rank %d %s %d; ending the other ranks\n", failed_rank,
                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
@@ -216,5 +249,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  clear_status();
   return exit_code;
 }

@@ -118,4 +118,26 @@ TEST(Launcher, OneFailingRankEndsTheOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
+// all_gather_perf's live progress: status lines that rdmacoll-run shows (and erases) when its
+// stderr is a terminal, and nothing of the kind when the output is piped. `script` gives the
+// launcher a pseudo-terminal.
+TEST(Launcher, PerfShowsProgressOnATerminalAndIsQuietWhenPiped) {
+  const std::string perf = kRun.substr(0, kRun.rfind('/')) + "/all_gather_perf";
+  const std::string args = " -n 2 " + perf + " -b 8 -e 64 -f 8 -n 3 -w 1";
+  CommandResult piped = run(kRun + args);
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_NE(piped.output.find("# total #wrong: 0"), std::string::npos) << piped.output;
+  EXPECT_EQ(piped.output.find("all_gather_perf size"), std::string::npos) << piped.output;
+  EXPECT_EQ(piped.output.find('\r'), std::string::npos) << piped.output;
+
+  CommandResult tty = run("script -qec '" + kRun + args + "' /dev/null");
+  ASSERT_EQ(tty.exit_code, 0) << tty.output;
+  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 8 out-of-place 0/3"), std::string::npos)
+      << tty.output;
+  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 64 in-place 0/3"), std::string::npos)
+      << tty.output;
+  EXPECT_NE(tty.output.find("\r\033[K"), std::string::npos) << "status never erased";
+  EXPECT_NE(tty.output.find("# total #wrong: 0"), std::string::npos) << tty.output;
+}
+
 }  // namespace

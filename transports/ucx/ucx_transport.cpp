@@ -352,6 +352,8 @@ class UcxTransport final : public Transport {
     return req;
   }
 
+  bool needs_registered_source() const override { return false; }
+
   RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                    size_t dst_offset, size_t length, uint64_t signal) override {
     const int peer = dst.peer();
