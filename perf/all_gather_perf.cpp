@@ -31,6 +31,7 @@ struct Options {
   DType dtype = DType::Float32;
   std::string json;
   std::string csv;
+  bool list = false;  // -o list: all_gather into a list of tensors instead of one
 };
 
 size_t parse_size(const char* s) {
@@ -122,10 +123,17 @@ Options parse(int argc, char** argv) {
       o.json = next();
     else if (a == "--csv")
       o.csv = next();
-    else {
+    else if (a == "-o") {
+      const std::string op = next();
+      if (op != "into" && op != "list") {
+        std::fprintf(stderr, "-o: expected into (all_gather_into_tensor) or list (all_gather)\n");
+        std::exit(2);
+      }
+      o.list = op == "list";
+    } else {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file]\n");
+                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] [-o into|list]\n");
       std::exit(2);
     }
   }
@@ -183,16 +191,32 @@ struct Result {
   int64_t wrong;
 };
 
-Result run(Tensor& out, Tensor& in, int iters, int warmup, bool check, int world,
+// One collective call: all_gather_into_tensor(out, in), or with -o list all_gather into views
+// of out's chunks (so the same check reads the result).
+void gather(Tensor& out, Tensor& in, bool list, int world) {
+  if (!list) {
+    all_gather_into_tensor(out, in);
+    return;
+  }
+  const int64_t n = in.numel();
+  const size_t es = element_size(out.dtype());
+  std::vector<Tensor> outs;
+  outs.reserve(world);
+  for (int r = 0; r < world; ++r)
+    outs.push_back(Tensor::view(static_cast<char*>(out.data()) + r * n * es, out.dtype(), {n}));
+  all_gather(outs, in);
+}
+
+Result run(Tensor& out, Tensor& in, bool list, int iters, int warmup, bool check, int world,
            Progress& progress) {
   for (int i = 0; i < warmup; ++i)
-    all_gather_into_tensor(out, in);
+    gather(out, in, list, world);
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     progress.tick(i, iters);
     barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    all_gather_into_tensor(out, in);
+    gather(out, in, list, world);
     times.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -230,8 +254,9 @@ int main(int argc, char** argv) {
   const int world = get_world_size();
   const size_t es = element_size(o.dtype);
   if (rank == 0) {
-    std::printf("# rdmacoll all_gather_perf: %d ranks, transport %s, dtype %s\n", world,
-                transport_name().c_str(), short_name(o.dtype));
+    std::printf("# rdmacoll all_gather_perf: %d ranks, transport %s, dtype %s, %s\n", world,
+                transport_name().c_str(), short_name(o.dtype),
+                o.list ? "all_gather (list of tensors)" : "all_gather_into_tensor");
     std::printf("#%11s %12s %8s %10s %9s %9s %8s %10s %10s %10s %9s %9s %8s\n", "size", "count",
                 "type", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)", "in-place",
                 "algbw", "busbw", "#wrong");
@@ -255,14 +280,14 @@ int main(int argc, char** argv) {
       in.set(i, expected(rank, i));
     Tensor out = zeros({world * count}, o.dtype);
     progress.set_phase("size " + std::to_string(count * es) + " out-of-place");
-    const Result op = run(out, in, o.iters, o.warmup, o.check, world, progress);
+    const Result op = run(out, in, o.list, o.iters, o.warmup, o.check, world, progress);
     // In-place: the input is this rank's own slot of the output.
     Tensor slot =
         Tensor::view(static_cast<char*>(out.data()) + rank * count * es, o.dtype, {count});
     for (int64_t i = 0; i < count; ++i)
       slot.set(i, expected(rank, i));
     progress.set_phase("size " + std::to_string(count * es) + " in-place");
-    const Result ip = run(out, slot, o.iters, o.warmup, o.check, world, progress);
+    const Result ip = run(out, slot, o.list, o.iters, o.warmup, o.check, world, progress);
     const double size_b = static_cast<double>(count * es);
     auto algbw = [&](double us) { return world * size_b / us / 1e3; };
     const double bus = (world - 1.0) / world;

@@ -7,7 +7,7 @@ next size), and the whole sweep repeats in blocks, so they share the machine's n
 report gives the best and the median over blocks, and the load average before each run.
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
-      [--min 8] [--max 64M] [--factor 4] [--blocks 2] [--smoke]
+      [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
 
 Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
 size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
@@ -171,12 +171,15 @@ def main():
     ap.add_argument("--min", default="8")
     ap.add_argument("--max", default="64M")
     ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--extra", default="1M",
+                    help="sizes measured besides the sweep, comma-separated (the 1 MiB target)")
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
     args = ap.parse_args()
     if args.smoke:
         args.min, args.max, args.factor, args.blocks, args.worlds = "8", "4K", 512, 1, "2"
+        args.extra = ""
     out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     helpers = build_helpers(out)
@@ -188,6 +191,8 @@ def main():
         s *= args.factor
     if sizes[-1] != parse_size(args.max):
         sizes.append(parse_size(args.max))  # the sweep always ends at --max
+    extra = [parse_size(x) for x in args.extra.split(",") if x.strip()]
+    sizes = sorted(set(sizes + [x for x in extra if x <= parse_size(args.max)]))
     started = time.time()
     rows = []  # (block, world, size, system, us, load, note)
     failures = []

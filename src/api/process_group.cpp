@@ -40,7 +40,13 @@ struct Context {
   std::shared_ptr<GroupState> world;
   uint32_t next_group_id = 1;
   std::vector<topology::LocalPlacement> placements;  // every rank's, index = global rank
+  uint64_t generation = 0;  // which init_process_group() of this process made it
 };
+
+uint64_t next_generation() {
+  static uint64_t n = 0;
+  return ++n;
+}
 
 std::unique_ptr<Context>& context() {
   static std::unique_ptr<Context> ctx;
@@ -99,7 +105,15 @@ std::string shape_string(const std::vector<int64_t>& sizes) {
 
 GroupState& resolve(const Group& group, const char* what) {
   Context& ctx = require_context(what);
-  return group.is_default() ? *ctx.world : *group.state();
+  if (group.is_default()) return *ctx.world;
+  GroupState& g = *group.state();
+  // Its transport (and the memory its eager slots live in) went with that process group.
+  if (g.generation != ctx.generation) {
+    throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                          " belongs to a process group that was destroyed; call new_group() "
+                          "again after init_process_group()");
+  }
+  return g;
 }
 
 // Waits (through the store) until every rank has published `prefix`<rank>; on timeout names
@@ -311,7 +325,9 @@ void init_process_group(const InitOptions& options) {
   ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
   ctx->engine = std::make_unique<engine::Engine>(*ctx->transport, spin_policy(*ctx));
 
+  ctx->generation = next_generation();
   ctx->world = std::make_shared<GroupState>();
+  ctx->world->generation = ctx->generation;
   ctx->world->id = 0;
   ctx->world->members.resize(ctx->world_size);
   std::iota(ctx->world->members.begin(), ctx->world->members.end(), 0);
@@ -375,6 +391,7 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
                           std::to_string(ctx.world_size) + ")");
   }
   auto g = std::make_shared<GroupState>();
+  g->generation = ctx.generation;
   g->id = ctx.next_group_id++;
   if (g->id >= (1u << 14)) throw InvalidArgument("new_group: too many groups (limit 16383)");
   g->members = sorted;

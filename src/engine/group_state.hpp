@@ -41,6 +41,7 @@ class GroupState {
   int hosts = 1;                // hosts the group spans
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
+  uint64_t generation = 0;            // the init_process_group() that made it
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   CallScratch scratch;

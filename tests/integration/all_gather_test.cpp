@@ -90,6 +90,26 @@ TEST(AllGather, SubgroupsOneAfterAnother) {
   }));
 }
 
+// A group made before destroy_process_group() must not reach the new transport (its eager
+// slots lived in the old one's memory): a clear error, and the new world works.
+TEST(AllGather, GroupFromADestroyedProcessGroupIsAClearError) {
+  expect_all_ok(run_ranks(2, [](int, int) {
+    Group g = new_group({0, 1});
+    for (int iter = 0; iter < 3; ++iter)
+      gather_and_check(g, 4, DType::Float32, DType::Float32, false, iter);
+    destroy_process_group();
+    init_process_group();
+    Tensor in = zeros({4}), out = zeros({8});
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in, g); },
+                                       "belongs to a process group that was destroyed");
+    Group fresh = new_group({0, 1});
+    for (int iter = 0; iter < 3; ++iter) {
+      gather_and_check(fresh, 4, DType::Float32, DType::Float32, false, iter);
+      gather_and_check({}, 4, DType::Float32, DType::Float32, false, iter);
+    }
+  }));
+}
+
 TEST(AllGather, ListOutputAndBarrier) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
     Tensor in = zeros({4}, DType::Int64);
