@@ -31,7 +31,8 @@ struct Fixed {
   uint32_t slot_key_len;
   uint64_t slot_addr;
   uint8_t slots_mapped;
-  uint8_t reserved[7];
+  uint8_t reserved[3];
+  uint32_t slot_capacity;
 };
 
 static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
@@ -79,7 +80,8 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 static_cast<uint32_t>(slot_key.size()),
                 slot_addr,
                 static_cast<uint8_t>(slots_mapped ? 1 : 0),
-                {}};
+                {},
+                slot_capacity};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -140,6 +142,7 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   p += f.slot_key_len;
   d.slot_addr = f.slot_addr;
   d.slots_mapped = f.slots_mapped != 0;
+  d.slot_capacity = f.slot_capacity;
   d.inline_data = {p, f.inline_len};
   return d;
 }

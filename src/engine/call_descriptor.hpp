@@ -41,6 +41,7 @@ struct CallDescriptor {
   // (first call), then whether the sender mapped every peer's (second call).
   uint64_t slot_addr = 0;
   std::span<const uint8_t> slot_key;
+  uint32_t slot_capacity = 0;  // the slot layout's descriptor capacity: all must agree
   bool slots_mapped = false;
 
   size_t serialized_size() const;

@@ -13,6 +13,7 @@ void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallD
       local_ = static_cast<uint8_t*>(region_->base());
       mine.slot_addr = reinterpret_cast<uint64_t>(local_);
       mine.slot_key = key_;
+      mine.slot_capacity = static_cast<uint32_t>(capacity_);
     }
   } else if (state_ == State::Mapping) {
     mine.slots_mapped = mapped_all_;
@@ -23,9 +24,11 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
                          const std::vector<CallDescriptor>& all) {
   const int p = static_cast<int>(members.size());
   if (state_ == State::Unset) {
+    // Everyone offers a region of the same layout (the capacity follows the eager limit,
+    // which RDMACOLL_EAGER_LIMIT could set differently per rank), or nobody uses slots.
     bool offered = true;
     for (const auto& d : all)
-      offered = offered && !d.slot_key.empty();
+      offered = offered && !d.slot_key.empty() && d.slot_capacity == capacity_;
     if (!offered) {
       state_ = State::Off;
       region_.reset();

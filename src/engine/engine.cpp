@@ -377,6 +377,17 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
                             describe_args(d) + "; every rank must pass the same sizes and dtypes");
     }
   }
+  // Same sizes but not the same path: the eager limit differs between ranks (it can only be
+  // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].inline_data.empty() != ref.inline_data.empty()) {
+      const size_t inl = ref.inline_data.empty() ? r : 0;
+      throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +
+                            std::to_string(call.global(inl)) + " sent its chunk inline, rank " +
+                            std::to_string(call.global(inl == 0 ? r : 0)) +
+                            " did not; every rank must see the same RDMACOLL_EAGER_LIMIT");
+    }
+  }
 }
 
 const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {

@@ -237,6 +237,25 @@ TEST(EagerSlots, LateRankRingsTheDoorbellOfASleepingPeer) {
 
 // ---- errors ------------------------------------------------------------------------------------
 
+// Ranks that disagree on the eager limit would otherwise wait for writes that never come.
+TEST(AllGatherErrors, EagerLimitThatDiffersBetweenRanksIsAClearErrorNotAHang) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      3,
+      [](int rank, int) {
+        ::setenv("RDMACOLL_EAGER_LIMIT", rank == 1 ? "0" : "65536", 1);
+        init_process_group();
+        for (int iter = 0; iter < 3; ++iter) {
+          Tensor in = zeros({8}), out = zeros({24});
+          expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
+                                             "ranks disagree on the eager path");
+        }
+        destroy_process_group();
+      },
+      opt));
+}
+
 TEST(AllGatherErrors, MismatchedSizesRaiseOnEveryRankAndGroupStaysUsable) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
     const int64_t n = rank == 2 ? 5 : 4;

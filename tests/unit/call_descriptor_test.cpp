@@ -26,6 +26,10 @@ TEST(CallDescriptor, RoundTrip) {
   d.key = key;
   d.error = "bad shape";
   d.inline_data = chunk;
+  d.slot_addr = 0xabc0;
+  d.slot_key = key;
+  d.slot_capacity = 4224;
+  d.slots_mapped = true;
   const auto bytes = d.serialize();
   CallDescriptor e = CallDescriptor::parse(bytes.data(), bytes.size());
   EXPECT_EQ(e.seq, 77u);
@@ -36,6 +40,10 @@ TEST(CallDescriptor, RoundTrip) {
   EXPECT_EQ(std::vector<uint8_t>(e.key.begin(), e.key.end()), key);
   EXPECT_EQ(e.error, "bad shape");
   EXPECT_EQ(std::vector<uint8_t>(e.inline_data.begin(), e.inline_data.end()), chunk);
+  EXPECT_EQ(e.slot_addr, 0xabc0u);
+  EXPECT_EQ(std::vector<uint8_t>(e.slot_key.begin(), e.slot_key.end()), key);
+  EXPECT_EQ(e.slot_capacity, 4224u);
+  EXPECT_TRUE(e.slots_mapped);
 }
 
 TEST(CallDescriptor, SerializeIntoReusesTheBufferAndEnforcesTheLimit) {
