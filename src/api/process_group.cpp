@@ -408,7 +408,10 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
 void destroy_process_group() {
   auto& ctx = context();
   if (!ctx) return;
-  // Every rank must be done with the transport before rank 0 takes the store away.
+  // Every rank must be done with the transport before rank 0 takes the store away. No rank
+  // connects anew from here on, so rank 0 stops accepting: a rank that re-initializes on the
+  // same port must reach the next store, not this one.
+  if (ctx->server) ctx->server->stop_accepting();
   try {
     const int64_t n = ctx->store->add("rdmacoll/destroy", 1);
     if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", ctx->timeout);

@@ -233,6 +233,13 @@ StoreServer::~StoreServer() {
   ::close(wake_pipe_[1]);
 }
 
+void StoreServer::stop_accepting() {
+  if (!accepting_.exchange(false)) return;
+  ::shutdown(listen_fd_, SHUT_RDWR);  // the listener closes now: new connections are refused
+  const char c = 'w';                 // and serve() stops polling it
+  [[maybe_unused]] ssize_t w = ::write(wake_pipe_[1], &c, 1);
+}
+
 void StoreServer::serve() {
   StoreState state;
   std::vector<Connection> conns;
@@ -240,7 +247,7 @@ void StoreServer::serve() {
   for (;;) {
     pfds.clear();
     pfds.push_back({wake_pipe_[0], POLLIN, 0});
-    pfds.push_back({listen_fd_, POLLIN, 0});
+    pfds.push_back({accepting_.load() ? listen_fd_ : -1, POLLIN, 0});  // -1: poll skips it
     for (auto& c : conns)
       pfds.push_back({c.fd, POLLIN, 0});
     if (::poll(pfds.data(), pfds.size(), state.expire()) < 0) {
@@ -248,7 +255,11 @@ void StoreServer::serve() {
       std::fprintf(stderr, "rdmacoll store: poll failed: %s\n", errno_string(errno).c_str());
       break;
     }
-    if (pfds[0].revents) break;
+    if (pfds[0].revents) {
+      char c = 'x';
+      if (::read(wake_pipe_[0], &c, 1) != 1 || c == 'x') break;
+      continue;  // 'w': stop_accepting() changed what to poll
+    }
     // Serve existing connections first: pfds[i + 2] belongs to conns[i].
     std::vector<int> dead;
     for (size_t i = 0; i < conns.size(); ++i) {
@@ -276,7 +287,7 @@ void StoreServer::serve() {
       ::close(fd);
       std::erase_if(conns, [fd](const Connection& c) { return c.fd == fd; });
     }
-    if (pfds[1].revents & POLLIN) {
+    if (accepting_.load() && (pfds[1].revents & POLLIN)) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) {
         set_nodelay(fd);

@@ -37,6 +37,10 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   uint16_t port() const { return port_; }
+  // Refuses new connections from now on (existing ones are still served), so that a rank
+  // re-initializing on the same port cannot reach this old store: destroy_process_group()
+  // calls it before the final handshake.
+  void stop_accepting();
   // Connections dropped for malformed frames (for tests).
   uint64_t rejected_connections() const { return rejected_.load(); }
 
@@ -47,6 +51,7 @@ class StoreServer {
   int wake_pipe_[2] = {-1, -1};
   uint16_t port_ = 0;
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<bool> accepting_{true};
   std::thread thread_;
 };
 

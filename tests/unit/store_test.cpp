@@ -34,6 +34,23 @@ TEST(Store, SetGetAddCheck) {
   EXPECT_FALSE(b.check("k"));
 }
 
+// destroy_process_group() closes the old store to newcomers, so that a rank re-initializing on
+// the same port waits for the next store instead of talking to this one.
+TEST(Store, StopAcceptingRefusesNewcomersButServesExistingClients) {
+  StoreServer server("127.0.0.1", 0);
+  StoreClient a("127.0.0.1", server.port(), soon());
+  a.set("k", std::string("v"));
+  server.stop_accepting();
+  EXPECT_EQ(a.get_string("k", 1s), "v");
+  EXPECT_EQ(a.add("n", 1), 1);
+  EXPECT_THROW(StoreClient("127.0.0.1", server.port(), Clock::now() + 300ms), Error);
+  // The port is free again: a new store can bind it while the old one still serves `a`.
+  StoreServer next("127.0.0.1", server.port());
+  StoreClient b("127.0.0.1", next.port(), soon());
+  EXPECT_FALSE(b.check("k"));
+  EXPECT_EQ(a.add("n", 1), 2);
+}
+
 TEST(Store, GetWaitsForALaterSet) {
   StoreServer server("127.0.0.1", 0);
   StoreClient a("127.0.0.1", server.port(), soon());
