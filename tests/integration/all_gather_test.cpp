@@ -23,6 +23,22 @@ using testing::input_value;
 using testing::run_ranks;
 using testing::RunOptions;
 
+// Rank 2 passes 5 elements, the others 4: every rank raises, and no peer chunk lands in our
+// output (every slot but our own still holds the sentinel).
+void expect_size_mismatch_raises_and_writes_nothing(int rank, int world) {
+  const int64_t n = rank == 2 ? 5 : 4;
+  Tensor in = zeros({n});
+  Tensor out = zeros({world * n});
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out.set(i, -7);
+  expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
+  for (int r = 0; r < world; ++r) {
+    if (r == rank) continue;
+    for (int64_t i = 0; i < n; ++i)
+      RANK_CHECK(out.item(r * n + i) == -7, "slot " << r << " element " << i);
+  }
+}
+
 class GroupSize : public ::testing::TestWithParam<int> {};
 
 TEST_P(GroupSize, SizesFromZeroBytesUpFlatAndStacked) {
@@ -183,18 +199,7 @@ TEST(EagerSlots, ErrorsRaiseOnEveryRankOnceSlotsAreOn) {
     for (int iter = 0; iter < 3; ++iter)
       gather_and_check({}, 4, DType::Float32, DType::Float32, false, iter);
     RANK_CHECK(detail::eager_slots_active() == slots_expected(), "slots before the errors");
-    // Sizes disagree: every rank raises, and no peer chunk lands in our output.
-    const int64_t n = rank == 2 ? 5 : 4;
-    Tensor in = zeros({n});
-    Tensor out = zeros({world * n});
-    for (int64_t i = 0; i < out.numel(); ++i)
-      out.set(i, -7);
-    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
-    for (int r = 0; r < world; ++r) {
-      if (r == rank) continue;
-      for (int64_t i = 0; i < n; ++i)
-        RANK_CHECK(out.item(r * n + i) == -7, "slot " << r << " element " << i);
-    }
+    expect_size_mismatch_raises_and_writes_nothing(rank, world);
     // One rank's bad output shape: that rank says why, the others name it.
     Tensor in4 = zeros({4});
     Tensor out4 = zeros({rank == 1 ? world * 4 + 1 : world * 4});
@@ -258,18 +263,7 @@ TEST(AllGatherErrors, EagerLimitThatDiffersBetweenRanksIsAClearErrorNotAHang) {
 
 TEST(AllGatherErrors, MismatchedSizesRaiseOnEveryRankAndGroupStaysUsable) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
-    const int64_t n = rank == 2 ? 5 : 4;
-    Tensor in = zeros({n});
-    Tensor out = zeros({world * n});
-    for (int64_t i = 0; i < out.numel(); ++i)
-      out.set(i, -7);
-    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
-    // Nothing was written by peers: every slot but our own still holds the sentinel.
-    for (int r = 0; r < world; ++r) {
-      if (r == rank) continue;
-      for (int64_t i = 0; i < n; ++i)
-        RANK_CHECK(out.item(r * n + i) == -7, "slot " << r);
-    }
+    expect_size_mismatch_raises_and_writes_nothing(rank, world);
     gather_and_check({}, 6, DType::Float32, DType::Float32, false);
   }));
 }
