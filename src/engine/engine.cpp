@@ -136,13 +136,13 @@ class Call {
   void wait_slots(const EagerSlots& slots) {
     const int p = g_.size();
     const uint64_t flag = seq_ + 1;
+    auto arrived = [&](int peer) {
+      return EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) == flag;
+    };
     auto missing = [&]() {
       for (int i = 1; i < p; ++i) {
         const int peer = (g_.rank + p - i) % p;
-        if (EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) !=
-            flag) {
-          return peer;
-        }
+        if (!arrived(peer)) return peer;
       }
       return -1;
     };
@@ -154,11 +154,7 @@ class Call {
       }
       t_.progress();
       for (int peer = 0; peer < p; ++peer) {
-        if (peer != g_.rank &&
-            EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_acquire) !=
-                flag) {
-          check_alive(peer);
-        }
+        if (peer != g_.rank && !arrived(peer)) check_alive(peer);
       }
       if (Clock::now() >= deadline_) {
         fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
@@ -250,8 +246,9 @@ std::string describe_args(const CallDescriptor& d) {
          " x " + dtype_name(static_cast<DType>(d.out_dtype));
 }
 
-// Sends our descriptor to every other member and collects theirs (index = group rank). The
-// result lives in the group's scratch and views its receive buffers: valid until the next call.
+// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`).
+// The result lives in the group's scratch and views the buffers the messages arrived in (receive
+// buffers or eager slots): valid until the group's next call.
 const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
                                                      const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
@@ -315,6 +312,8 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
 }
 
+// Sends our descriptor to every other member and collects theirs: through eager slots once the
+// group has them, else as messages (which also carry the slots' set-up).
 const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
                                                         Call& call, const CallDescriptor& mine_in) {
   const int p = g.size();
