@@ -11,9 +11,16 @@
 //    sends (p-1) m off each host whatever the layout, where Bruck on an uneven layout can send
 //    more; locally the measurements did not separate them (p = 3, 4 MiB: ring 2707 us, Bruck
 //    3324; p = 6, 4 MiB: ring 17331, Bruck 13905).
-//  - direct (one hop) is never picked automatically: on oversubscribed cores its p-1
-//    concurrent writes were not faster (p = 4, 8 B: 459 us vs rd 179), and at p = 2 it is the
-//    same single write as recursive doubling. RDMACOLL_ALGO=direct forces it.
+//  - direct (one hop) on one host for 3..16 ranks. The schedule only runs above the eager
+//    limit (small calls travel inline with the descriptors), and there every pair shares one
+//    memory system: the log-p schedules save no bytes, they only make later steps wait for
+//    forwarded chunks. Measured with eager slots on (mean us, best of interleaved runs):
+//    p = 3: 128 KiB 49 vs Bruck 55, 1 MiB 566 vs 580, 8 MiB 5818 vs 6338; p = 4 (on 2 cores):
+//    128 KiB 92-108 vs rd 98-162, 1 MiB a tie (878 vs 854); p = 8: 128 KiB 497 vs rd 559,
+//    1 MiB 3724 vs 3786, 8 MiB 52267 vs 56372. Beyond 16 ranks p-1 concurrent transfers per
+//    rank are untested here, so the log-p schedules stay. (Before the eager path, direct lost
+//    at 8 B: 459 us vs rd 179 at p = 4; such sizes no longer reach the selector on one host.)
+//    At p = 2 direct and recursive doubling are the same single write.
 
 #include "schedule/schedule.hpp"
 
@@ -21,9 +28,11 @@ namespace rdmacoll::schedule {
 
 namespace {
 constexpr size_t kRingMinBytes = 1u << 20;
+constexpr int kDirectMaxRanks = 16;
 }  // namespace
 
 Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
+  if (hosts == 1 && p > 2 && p <= kDirectMaxRanks) return Algorithm::Direct;
   if (is_power_of_two(p)) return Algorithm::RecursiveDoubling;
   if (hosts > 1 && bytes_per_rank >= kRingMinBytes) return Algorithm::Ring;
   return Algorithm::Bruck;

@@ -116,10 +116,13 @@ TEST(Simulator, RandomLayoutsNeverBeatTheMinimum) {
 
 TEST(Selector, PicksByGroupSizeBytesAndHosts) {
   EXPECT_EQ(schedule::choose_algorithm(2, 8, 1), Algorithm::RecursiveDoubling);
-  EXPECT_EQ(schedule::choose_algorithm(8, 8, 1), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(schedule::choose_algorithm(8, 8, 1), Algorithm::Direct);  // one host, <= 16 ranks
+  EXPECT_EQ(schedule::choose_algorithm(3, 4 << 20, 1), Algorithm::Direct);
+  EXPECT_EQ(schedule::choose_algorithm(16, 1024, 1), Algorithm::Direct);
+  EXPECT_EQ(schedule::choose_algorithm(32, 1024, 1), Algorithm::RecursiveDoubling);
   EXPECT_EQ(schedule::choose_algorithm(8, 64 << 20, 2), Algorithm::RecursiveDoubling);
-  EXPECT_EQ(schedule::choose_algorithm(6, 1024, 1), Algorithm::Bruck);
-  EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 1), Algorithm::Bruck);
+  EXPECT_EQ(schedule::choose_algorithm(24, 1024, 1), Algorithm::Bruck);
+  EXPECT_EQ(schedule::choose_algorithm(24, 4 << 20, 1), Algorithm::Bruck);
   EXPECT_EQ(schedule::choose_algorithm(6, 4 << 20, 2), Algorithm::Ring);
   EXPECT_EQ(schedule::choose_algorithm(6, 1024, 2), Algorithm::Bruck);
   EXPECT_EQ(schedule::parse_algorithm("ring"), Algorithm::Ring);
