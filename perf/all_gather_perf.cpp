@@ -31,7 +31,8 @@ struct Options {
   DType dtype = DType::Float32;
   std::string json;
   std::string csv;
-  bool list = false;  // -o list: all_gather into a list of tensors instead of one
+  bool list = false;        // -o list: all_gather into a list of tensors instead of one
+  bool all_reduce = false;  // -o all_reduce: all_reduce (SUM), in place
 };
 
 size_t parse_size(const char* s) {
@@ -125,15 +126,19 @@ Options parse(int argc, char** argv) {
       o.csv = next();
     else if (a == "-o") {
       const std::string op = next();
-      if (op != "into" && op != "list") {
-        std::fprintf(stderr, "-o: expected into (all_gather_into_tensor) or list (all_gather)\n");
+      if (op != "into" && op != "list" && op != "all_reduce") {
+        std::fprintf(stderr,
+                     "-o: expected into (all_gather_into_tensor), list (all_gather) or "
+                     "all_reduce\n");
         std::exit(2);
       }
       o.list = op == "list";
+      o.all_reduce = op == "all_reduce";
     } else {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] [-o into|list]\n");
+                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] "
+                   "[-o into|list|all_reduce]\n");
       std::exit(2);
     }
   }
@@ -207,16 +212,18 @@ void gather(Tensor& out, Tensor& in, bool list, int world) {
   all_gather(outs, in);
 }
 
-Result run(Tensor& out, Tensor& in, bool list, int iters, int warmup, bool check, int world,
-           Progress& progress) {
+// Times `call` (warm-up, then a barrier and one timed call per iteration) and returns the
+// slowest rank's statistics; #wrong is left to the caller.
+template <typename Call>
+Result time_calls(const Call& call, int iters, int warmup, int world, Progress& progress) {
   for (int i = 0; i < warmup; ++i)
-    gather(out, in, list, world);
+    call();
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     progress.tick(i, iters);
     barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    gather(out, in, list, world);
+    call();
     times.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -235,6 +242,12 @@ Result run(Tensor& out, Tensor& in, bool list, int iters, int warmup, bool check
   std::sort(slowest.begin(), slowest.end());
   res.p50_us = slowest[slowest.size() / 2];
   res.p99_us = slowest[std::min(slowest.size() - 1, static_cast<size_t>(slowest.size() * 0.99))];
+  return res;
+}
+
+Result run(Tensor& out, Tensor& in, bool list, int iters, int warmup, bool check, int world,
+           Progress& progress) {
+  Result res = time_calls([&] { gather(out, in, list, world); }, iters, warmup, world, progress);
   if (check) {
     const int64_t n = in.numel();
     for (int r = 0; r < world; ++r) {
@@ -243,6 +256,73 @@ Result run(Tensor& out, Tensor& in, bool list, int iters, int warmup, bool check
     }
   }
   return res;
+}
+
+// Value of element i of rank r's tensor in the all_reduce sweep: sums over up to 31 ranks stay
+// exact in every dtype (int8 included).
+double reduce_input(int r, int64_t i) {
+  return static_cast<double>((r + i) % 5);
+}
+
+// -o all_reduce: in place, so there is one column set; size is the tensor's bytes, algbw =
+// size / time and busbw = algbw * 2 (p - 1) / p, as in nccl-tests' all_reduce_perf. The
+// timed calls keep reducing the same tensor; the check resets it and reduces once more.
+int64_t all_reduce_sweep(const Options& o, int rank, int world, Progress& progress, FILE* csv,
+                         std::string& json) {
+  const size_t es = element_size(o.dtype);
+  if (rank == 0) {
+    std::printf("#%11s %12s %8s %6s %10s %9s %9s %8s %10s %10s\n", "size", "count", "type", "redop",
+                "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)");
+    if (csv)
+      std::fprintf(csv, "size,count,type,redop,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us\n");
+  }
+  int64_t total_wrong = 0;
+  for (size_t bytes = std::max(o.min_bytes, es); bytes <= o.max_bytes;
+       bytes = std::max(bytes + es, static_cast<size_t>(bytes * o.factor))) {
+    const int64_t count = static_cast<int64_t>(bytes / es);
+    Tensor t = zeros({count}, o.dtype);
+    progress.set_phase("size " + std::to_string(count * es) + " all_reduce");
+    Result res = time_calls([&] { all_reduce(t); }, o.iters, o.warmup, world, progress);
+    if (o.check) {
+      for (int64_t i = 0; i < count; ++i)
+        t.set(i, reduce_input(rank, i));
+      all_reduce(t);
+      for (int64_t i = 0; i < count; ++i) {
+        double want = 0;
+        for (int r = 0; r < world; ++r)
+          want += reduce_input(r, i);
+        res.wrong += t.item(i) != (o.dtype == DType::Bool ? (want != 0) : want);
+      }
+    }
+    total_wrong += res.wrong;
+    const double size_b = static_cast<double>(count * es);
+    const double algbw = size_b / res.mean_us / 1e3;
+    const double busbw = algbw * 2.0 * (world - 1.0) / world;
+    char rec[512];
+    std::snprintf(rec, sizeof rec,
+                  "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"redop\":\"sum\",\"ranks\":%d,"
+                  "\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,"
+                  "\"p99_us\":%.3f}",
+                  json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
+                  static_cast<long long>(count), short_name(o.dtype), world, res.mean_us, algbw,
+                  busbw, static_cast<long long>(res.wrong), res.p50_us, res.p99_us);
+    json += rec;
+    if (rank == 0) {
+      progress.clear();
+      std::printf("%12zu %12lld %8s %6s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f\n",
+                  static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
+                  "sum", res.mean_us, algbw, busbw, static_cast<long long>(res.wrong), res.p50_us,
+                  res.p99_us);
+      std::fflush(stdout);
+      if (csv) {
+        std::fprintf(csv, "%zu,%lld,%s,sum,%d,%.3f,%.4f,%.4f,%lld,%.3f,%.3f\n",
+                     static_cast<size_t>(size_b), static_cast<long long>(count),
+                     short_name(o.dtype), world, res.mean_us, algbw, busbw,
+                     static_cast<long long>(res.wrong), res.p50_us, res.p99_us);
+      }
+    }
+  }
+  return total_wrong;
 }
 
 }  // namespace
@@ -256,7 +336,11 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("# rdmacoll all_gather_perf: %d ranks, transport %s, dtype %s, %s\n", world,
                 transport_name().c_str(), short_name(o.dtype),
-                o.list ? "all_gather (list of tensors)" : "all_gather_into_tensor");
+                o.all_reduce ? "all_reduce (sum, in place)"
+                : o.list     ? "all_gather (list of tensors)"
+                             : "all_gather_into_tensor");
+  }
+  if (rank == 0 && !o.all_reduce) {
     std::printf("#%11s %12s %8s %10s %9s %9s %8s %10s %10s %10s %9s %9s %8s\n", "size", "count",
                 "type", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)", "in-place",
                 "algbw", "busbw", "#wrong");
@@ -264,7 +348,7 @@ int main(int argc, char** argv) {
   FILE* csv = nullptr;
   if (rank == 0 && !o.csv.empty()) {
     csv = std::fopen(o.csv.c_str(), "w");
-    if (csv)
+    if (csv && !o.all_reduce)
       std::fprintf(csv,
                    "size,count,type,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us,"
                    "inplace_time_us,inplace_algbw,inplace_busbw,inplace_wrong\n");
@@ -272,7 +356,8 @@ int main(int argc, char** argv) {
   Progress progress(rank == 0);
   std::string json = "[";
   int64_t total_wrong = 0;
-  for (size_t bytes = std::max(o.min_bytes, es); bytes <= o.max_bytes;
+  if (o.all_reduce) total_wrong = all_reduce_sweep(o, rank, world, progress, csv, json);
+  for (size_t bytes = std::max(o.min_bytes, es); !o.all_reduce && bytes <= o.max_bytes;
        bytes = std::max(bytes + es, static_cast<size_t>(bytes * o.factor))) {
     const int64_t count = static_cast<int64_t>(bytes / es);
     Tensor in = zeros({count}, o.dtype);

@@ -3,6 +3,7 @@
 // subgroups made with new_group().
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,17 @@ void all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& gr
 
 // Gathers into a list: outputs[i] receives rank i's input.
 void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group = {});
+
+// Reduction operators, as torch.distributed.ReduceOp. On bool tensors SUM and MAX are a logical
+// or, PRODUCT and MIN a logical and. AVG needs a floating-point dtype; BAND, BOR and BXOR an
+// integer or bool one.
+enum class ReduceOp : uint8_t { Sum, Product, Min, Max, Avg, BAnd, BOr, BXor };
+std::string reduce_op_name(ReduceOp op);  // "SUM", "PRODUCT", ...
+
+// Reduces `tensor` across the group, in place: afterwards every member holds the elementwise
+// reduction of every member's tensor. Each rank reduces in group rank order (16-bit floats in
+// float), so every member gets bitwise the same result. Sizes, dtypes and `op` must agree.
+void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const Group& group = {});
 
 // Waits until every member has entered the barrier.
 void barrier(const Group& group = {});

@@ -19,6 +19,7 @@
 #include "common/log.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
 #include "topology/topology.hpp"
 #include "transports/transport.hpp"
@@ -488,6 +489,14 @@ void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& 
     convert_elements(outputs[i].data(), dt, static_cast<uint8_t*>(staging.data()) + i * chunk, dt,
                      static_cast<size_t>(input.numel()));
   }
+}
+
+void all_reduce(Tensor& tensor, ReduceOp op, const Group& group) {
+  GroupState& g = resolve(group, "all_reduce");
+  // A dtype the operator cannot reduce still goes to the peers, so that every rank raises.
+  const std::string error = g.is_member() ? engine::reduce_unsupported(op, tensor.dtype()) : "";
+  require_context("all_reduce")
+      .engine->all_reduce(g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
 }
 
 void barrier(const Group& group) {

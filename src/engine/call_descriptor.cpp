@@ -31,13 +31,27 @@ struct Fixed {
   uint32_t slot_key_len;
   uint64_t slot_addr;
   uint8_t slots_mapped;
-  uint8_t reserved[3];
+  uint8_t reduce_op;
+  uint8_t reserved[2];
   uint32_t slot_capacity;
+  uint64_t total_numel;
 };
 
 static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
 
 }  // namespace
+
+const char* collective_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllGather:
+      return "all_gather_into_tensor";
+    case CollectiveOp::Barrier:
+      return "barrier";
+    case CollectiveOp::AllReduce:
+      return "all_reduce";
+  }
+  return "a collective";
+}
 
 size_t eager_limit(int p, int hosts, size_t max_message) {
   static const size_t forced = [] {
@@ -80,8 +94,10 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 static_cast<uint32_t>(slot_key.size()),
                 slot_addr,
                 static_cast<uint8_t>(slots_mapped ? 1 : 0),
+                reduce_op,
                 {},
-                slot_capacity};
+                slot_capacity,
+                total_numel};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -143,6 +159,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.slot_addr = f.slot_addr;
   d.slots_mapped = f.slots_mapped != 0;
   d.slot_capacity = f.slot_capacity;
+  d.reduce_op = f.reduce_op;
+  d.total_numel = f.total_numel;
   d.inline_data = {p, f.inline_len};
   return d;
 }

@@ -18,7 +18,8 @@
 
 namespace rdmacoll::engine {
 
-enum class CollectiveOp : uint8_t { AllGather = 1, Barrier = 2 };
+enum class CollectiveOp : uint8_t { AllGather = 1, Barrier = 2, AllReduce = 3 };
+const char* collective_name(CollectiveOp op);  // "all_gather_into_tensor", "barrier", ...
 
 struct CallDescriptor {
   uint64_t seq = 0;
@@ -32,6 +33,10 @@ struct CallDescriptor {
   uint64_t out_numel = 0;
   uint64_t out_addr = 0;
   uint64_t out_bytes = 0;
+  // all_reduce runs as segments of gathers: the whole tensor's length and the operator travel
+  // with every segment, so a disagreement raises before the first segment is reduced.
+  uint64_t total_numel = 0;
+  uint8_t reduce_op = 0;
   // Views: into the parsed buffer, or (for our own descriptor) into memory the caller keeps
   // alive until serialize_into() returns.
   std::span<const uint8_t> key;

@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
+#include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll {
@@ -260,7 +261,7 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank) continue;
     CallDescriptor d = CallDescriptor::parse(messages[peer], lengths[peer]);
-    if (d.seq != call.seq() || d.group != g.id || d.rank != peer || d.op != mine.op) {
+    if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
       throw TransportError(call.where() + ": descriptor from rank " +
                            std::to_string(call.global(peer)) + " is for another call (group " +
                            std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
@@ -358,7 +359,20 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
 }
 
 // Every rank sees the same descriptors, so every rank raises the same error.
+void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all) {
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].op != all[0].op) {
+      throw InvalidArgument(call.where() + ": ranks called different collectives: rank " +
+                            std::to_string(call.global(0)) + " " + collective_name(all[0].op) +
+                            ", rank " + std::to_string(call.global(r)) + " " +
+                            collective_name(all[r].op) +
+                            "; every member must call the same collectives in the same order");
+    }
+  }
+}
+
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
+  check_same_collective(call, all);
   for (size_t r = 0; r < all.size(); ++r) {
     if (!all[r].ok) {
       throw InvalidArgument(call.where() + ": rank " + std::to_string(call.global(r)) +
@@ -374,6 +388,19 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
                             std::to_string(call.global(0)) + " has " + describe_args(ref) +
                             ", rank " + std::to_string(call.global(r)) + " has " +
                             describe_args(d) + "; every rank must pass the same sizes and dtypes");
+    }
+    if (d.total_numel != ref.total_numel) {
+      throw InvalidArgument(
+          call.where() + ": ranks disagree: rank " + std::to_string(call.global(0)) + " reduces " +
+          std::to_string(ref.total_numel) + " elements, rank " + std::to_string(call.global(r)) +
+          " " + std::to_string(d.total_numel) + "; every rank must pass the same sizes and dtypes");
+    }
+    if (d.reduce_op != ref.reduce_op) {
+      throw InvalidArgument(call.where() + ": ranks disagree on the reduce op: rank " +
+                            std::to_string(call.global(0)) + " " +
+                            reduce_op_name(static_cast<ReduceOp>(ref.reduce_op)) + ", rank " +
+                            std::to_string(call.global(r)) + " " +
+                            reduce_op_name(static_cast<ReduceOp>(d.reduce_op)));
     }
   }
   // Same sizes but not the same path: the eager limit differs between ranks (it can only be
@@ -406,8 +433,9 @@ const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {
 }  // namespace
 
 void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
-  check_usable(g, "all_gather_into_tensor");
-  Call call(transport_, g, "all_gather_into_tensor", spin_);
+  const char* name = collective_name(a.op);
+  check_usable(g, name);
+  Call call(transport_, g, name, spin_);
   const int p = g.size();
   const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
   const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
@@ -441,7 +469,9 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   mine.seq = call.seq();
   mine.group = g.id;
   mine.rank = g.rank;
-  mine.op = CollectiveOp::AllGather;
+  mine.op = a.op;
+  mine.reduce_op = static_cast<uint8_t>(a.reduce_op);
+  mine.total_numel = a.total_numel;
   mine.ok = a.local_error.empty();
   mine.error = a.local_error;
   mine.in_dtype = static_cast<uint8_t>(a.in_dtype);
@@ -547,7 +577,43 @@ void Engine::barrier(GroupState& g) {
   mine.group = g.id;
   mine.rank = g.rank;
   mine.op = CollectiveOp::Barrier;
-  exchange_descriptors(transport_, g, call, mine);
+  check_same_collective(call, exchange_descriptors(transport_, g, call, mine));
+}
+
+// all_reduce as segments: gather every member's copy of a segment into the group's scratch,
+// then fold them in rank order into the tensor. One round per segment (eager and through the
+// slots when small), and every rank computes the same bits. Segments bound the scratch to
+// p x 4 MiB; the whole length and the operator travel in every segment's descriptors, so a
+// disagreement raises in the first segment, before anything is written.
+// Traffic: each rank receives (p-1) x the tensor, optimal at p = 2; for large tensors and
+// many ranks a reduce-scatter + all-gather (2 (p-1)/p) would move less.
+void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op,
+                        const std::string& local_error) {
+  constexpr size_t kSegmentBytes = 4u << 20;
+  const size_t es = element_size(dtype);
+  const int p = g.is_member() ? g.size() : 1;
+  const int64_t segment = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
+  auto& scratch = g.scratch.reduce;
+  int64_t done = 0;
+  do {
+    const int64_t n = std::min(segment, numel - done);
+    if (scratch.size() < static_cast<size_t>(p) * n * es) scratch.resize(p * n * es);
+    AllGatherArgs a;
+    a.out = scratch.data();
+    a.out_dtype = dtype;
+    a.out_numel = p * n;
+    a.in = static_cast<uint8_t*>(data) + done * es;
+    a.in_dtype = dtype;
+    a.in_numel = n;
+    a.local_error = local_error;
+    a.op = CollectiveOp::AllReduce;
+    a.reduce_op = op;
+    a.total_numel = static_cast<uint64_t>(numel);
+    all_gather(g, a);
+    reduce_chunks(static_cast<uint8_t*>(data) + done * es, scratch.data(), dtype, op, p,
+                  static_cast<size_t>(n));
+    done += n;
+  } while (done < numel);
 }
 
 }  // namespace rdmacoll::engine

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/call_descriptor.hpp"
 #include "engine/group_state.hpp"
+#include "rdmacoll/process_group.hpp"
 #include "rdmacoll/tensor.hpp"
 #include "transports/transport.hpp"
 
@@ -22,6 +24,11 @@ struct AllGatherArgs {
   // Non-empty when the local arguments are invalid: the call still tells the peers (so they
   // raise too) and then raises InvalidArgument with this text.
   std::string local_error;
+  // all_reduce gathers through here; these travel in the descriptors so that ranks that
+  // disagree (or call different collectives) raise on every rank.
+  CollectiveOp op = CollectiveOp::AllGather;
+  ReduceOp reduce_op = ReduceOp::Sum;
+  uint64_t total_numel = 0;
 };
 
 // How a wait polls before it blocks in the transport: a wake-up from poll() costs tens of us,
@@ -37,6 +44,9 @@ class Engine {
   Engine(transport::Transport& transport, SpinPolicy spin) : transport_(transport), spin_(spin) {}
 
   void all_gather(GroupState& group, const AllGatherArgs& args);
+  // In place over data[0, numel); `local_error` as for all_gather.
+  void all_reduce(GroupState& group, void* data, DType dtype, int64_t numel, ReduceOp op,
+                  const std::string& local_error);
   void barrier(GroupState& group);
 
  private:

@@ -28,7 +28,8 @@ struct CallScratch {
   std::vector<engine::Pending> sends;
   std::vector<const uint8_t*> incoming;  // where each member's descriptor is this call
   std::vector<size_t> incoming_lengths;
-  engine::EagerSlots slots;  // small calls on one host: descriptors through shared memory
+  engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
+  std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
 };
 
 class GroupState {

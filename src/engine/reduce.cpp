@@ -1,0 +1,188 @@
+#include "engine/reduce.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "api/dtype.hpp"
+
+namespace rdmacoll {
+
+std::string reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "SUM";
+    case ReduceOp::Product:
+      return "PRODUCT";
+    case ReduceOp::Min:
+      return "MIN";
+    case ReduceOp::Max:
+      return "MAX";
+    case ReduceOp::Avg:
+      return "AVG";
+    case ReduceOp::BAnd:
+      return "BAND";
+    case ReduceOp::BOr:
+      return "BOR";
+    case ReduceOp::BXor:
+      return "BXOR";
+  }
+  return "op " + std::to_string(static_cast<int>(op));
+}
+
+}  // namespace rdmacoll
+
+namespace rdmacoll::engine {
+
+namespace {
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+}
+
+// Folds one more value into the accumulator. Integer sums and products wrap, as in torch
+// (computed unsigned, so the wrap is defined).
+template <typename A>
+A combine(A acc, A v, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      if constexpr (std::is_integral_v<A>) {
+        using U = std::make_unsigned_t<A>;
+        return static_cast<A>(static_cast<U>(acc) + static_cast<U>(v));
+      } else {
+        return acc + v;
+      }
+    case ReduceOp::Product:
+      if constexpr (std::is_integral_v<A>) {
+        using U = std::make_unsigned_t<A>;
+        return static_cast<A>(static_cast<U>(acc) * static_cast<U>(v));
+      } else {
+        return acc * v;
+      }
+    case ReduceOp::Min:
+      return v < acc ? v : acc;
+    case ReduceOp::Max:
+      return acc < v ? v : acc;
+    case ReduceOp::BAnd:
+    case ReduceOp::BOr:
+    case ReduceOp::BXor:
+      if constexpr (std::is_integral_v<A>) {
+        return op == ReduceOp::BAnd  ? static_cast<A>(acc & v)
+               : op == ReduceOp::BOr ? static_cast<A>(acc | v)
+                                     : static_cast<A>(acc ^ v);
+      }
+      break;
+  }
+  return acc;
+}
+
+// T: storage type; A: accumulator; load/store convert between them.
+template <typename T, typename A, typename Load, typename Store>
+void fold(void* dst, const void* chunks, ReduceOp op, int p, size_t n, Load load, Store store) {
+  const T* src = static_cast<const T*>(chunks);
+  T* out = static_cast<T*>(dst);
+  for (size_t i = 0; i < n; ++i) {
+    A acc = load(src[i]);
+    for (int r = 1; r < p; ++r)
+      acc = combine<A>(acc, load(src[static_cast<size_t>(r) * n + i]), op);
+    if constexpr (std::is_floating_point_v<A>) {
+      if (op == ReduceOp::Avg) acc /= static_cast<A>(p);
+    }
+    out[i] = store(acc);
+  }
+}
+
+// Types that accumulate in themselves fold chunk by chunk (dst = c0 op c1 op ...): the same
+// order, so the same bits, as element by element, but streaming loops the compiler vectorizes.
+template <typename T, ReduceOp Op>
+void fold_streams(T* out, const T* src, int p, size_t n) {
+  if (out != src) std::memmove(out, src, n * sizeof(T));
+  for (int r = 1; r < p; ++r) {
+    const T* c = src + static_cast<size_t>(r) * n;
+    for (size_t i = 0; i < n; ++i)
+      out[i] = combine<T>(out[i], c[i], Op);
+  }
+  if constexpr (Op == ReduceOp::Avg && std::is_floating_point_v<T>) {
+    for (size_t i = 0; i < n; ++i)
+      out[i] /= static_cast<T>(p);
+  }
+}
+
+template <typename T>
+void fold_plain(void* dst, const void* chunks, ReduceOp op, int p, size_t n) {
+  T* out = static_cast<T*>(dst);
+  const T* src = static_cast<const T*>(chunks);
+  switch (op) {
+    case ReduceOp::Sum:
+      return fold_streams<T, ReduceOp::Sum>(out, src, p, n);
+    case ReduceOp::Product:
+      return fold_streams<T, ReduceOp::Product>(out, src, p, n);
+    case ReduceOp::Min:
+      return fold_streams<T, ReduceOp::Min>(out, src, p, n);
+    case ReduceOp::Max:
+      return fold_streams<T, ReduceOp::Max>(out, src, p, n);
+    case ReduceOp::Avg:
+      return fold_streams<T, ReduceOp::Avg>(out, src, p, n);
+    case ReduceOp::BAnd:
+      return fold_streams<T, ReduceOp::BAnd>(out, src, p, n);
+    case ReduceOp::BOr:
+      return fold_streams<T, ReduceOp::BOr>(out, src, p, n);
+    case ReduceOp::BXor:
+      return fold_streams<T, ReduceOp::BXor>(out, src, p, n);
+  }
+}
+
+}  // namespace
+
+std::string reduce_unsupported(ReduceOp op, DType dtype) {
+  if (op == ReduceOp::Avg && !is_floating_point(dtype)) {
+    return "AVG needs a floating-point dtype, got " + dtype_name(dtype);
+  }
+  if (is_bitwise(op) && is_floating_point(dtype)) {
+    return reduce_op_name(op) + " needs an integer or bool dtype, got " + dtype_name(dtype);
+  }
+  return "";
+}
+
+void reduce_chunks(void* dst, const void* chunks, DType dtype, ReduceOp op, int p, size_t n) {
+  if (n == 0) return;
+  if (p == 1) {
+    std::memmove(dst, chunks, n * element_size(dtype));
+    return;
+  }
+  switch (dtype) {
+    case DType::Bool: {
+      // Logical: SUM and MAX are or, PRODUCT and MIN are and (torch maps them so).
+      const ReduceOp logical = op == ReduceOp::Sum || op == ReduceOp::Max       ? ReduceOp::BOr
+                               : op == ReduceOp::Product || op == ReduceOp::Min ? ReduceOp::BAnd
+                                                                                : op;
+      fold<uint8_t, uint8_t>(
+          dst, chunks, logical, p, n, [](uint8_t v) { return static_cast<uint8_t>(v != 0); },
+          [](uint8_t v) { return static_cast<uint8_t>(v != 0); });
+      return;
+    }
+    case DType::UInt8:
+      return fold_plain<uint8_t>(dst, chunks, op, p, n);
+    case DType::Int8:
+      return fold_plain<int8_t>(dst, chunks, op, p, n);
+    case DType::Int16:
+      return fold_plain<int16_t>(dst, chunks, op, p, n);
+    case DType::Int32:
+      return fold_plain<int32_t>(dst, chunks, op, p, n);
+    case DType::Int64:
+      return fold_plain<int64_t>(dst, chunks, op, p, n);
+    case DType::Float16:
+      return fold<uint16_t, float>(dst, chunks, op, p, n, detail::half_to_float,
+                                   detail::float_to_half);
+    case DType::BFloat16:
+      return fold<uint16_t, float>(dst, chunks, op, p, n, detail::bfloat16_to_float,
+                                   detail::float_to_bfloat16);
+    case DType::Float32:
+      return fold_plain<float>(dst, chunks, op, p, n);
+    case DType::Float64:
+      return fold_plain<double>(dst, chunks, op, p, n);
+  }
+}
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,20 @@
+#pragma once
+// The local half of all_reduce: combining every member's copy of a segment, in group rank order.
+// Pure functions, unit-tested without any network.
+
+#include <cstddef>
+#include <string>
+
+#include "rdmacoll/process_group.hpp"
+#include "rdmacoll/tensor.hpp"
+
+namespace rdmacoll::engine {
+
+// Why `op` cannot reduce `dtype` ("AVG needs a floating-point dtype, got torch.int32"), or "".
+std::string reduce_unsupported(ReduceOp op, DType dtype);
+
+// dst[i] = op over r = 0, 1, ..., p-1 of chunks[r * n + i], folded in that order (16-bit
+// floats accumulate in float, AVG divides the sum by p). dst is separate or the first chunk.
+void reduce_chunks(void* dst, const void* chunks, DType dtype, ReduceOp op, int p, size_t n);
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,178 @@
+// all_reduce across real processes over the UCX transport (shared memory, and again with
+// UCX_TLS=tcp). Every test checks every element of every rank's result.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "gather_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::run_ranks;
+
+// Small positive values, so that products of up to 4 ranks stay exact in every dtype
+// (int8: at most 4^4 = 256 would not; values are 1..3, so 3^4 = 81).
+double value(int rank, int64_t i, int iter, DType dt) {
+  if (dt == DType::Bool) return (rank + i + iter) % 2;
+  return static_cast<double>((rank * 7 + i * 3 + iter) % 3 + 1);
+}
+
+double expected(int world, int64_t i, int iter, DType dt, ReduceOp op) {
+  if (dt == DType::Bool) {
+    bool any = false, all = true, x = false;
+    for (int r = 0; r < world; ++r) {
+      const bool v = value(r, i, iter, dt) != 0;
+      any = any || v;
+      all = all && v;
+      x = x != v;
+    }
+    if (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::BOr) return any;
+    if (op == ReduceOp::BXor) return x;
+    return all;
+  }
+  double acc = value(0, i, iter, dt);
+  auto bits = [](double d) { return static_cast<int64_t>(d); };
+  for (int r = 1; r < world; ++r) {
+    const double v = value(r, i, iter, dt);
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        acc += v;
+        break;
+      case ReduceOp::Product:
+        acc *= v;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::BAnd:
+        acc = static_cast<double>(bits(acc) & bits(v));
+        break;
+      case ReduceOp::BOr:
+        acc = static_cast<double>(bits(acc) | bits(v));
+        break;
+      case ReduceOp::BXor:
+        acc = static_cast<double>(bits(acc) ^ bits(v));
+        break;
+    }
+  }
+  return op == ReduceOp::Avg ? acc / world : acc;
+}
+
+void reduce_and_check(const Group& group, int64_t n, DType dt, ReduceOp op, int iter) {
+  const int world = group.is_default() ? get_world_size() : group.size();
+  const int me = group.is_default() ? get_rank() : group.rank();
+  Tensor t = zeros({n}, dt);
+  for (int64_t i = 0; i < n; ++i)
+    t.set(i, value(me, i, iter, dt));
+  all_reduce(t, op, group);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = expected(world, i, iter, dt, op);
+    const double got = t.item(i);
+    // AVG of 16-bit floats is rounded to the format; the rest is exact.
+    const double tol = op == ReduceOp::Avg ? std::abs(want) * 1e-2 : 0;
+    RANK_CHECK(std::abs(got - want) <= tol,
+               "rank " << me << " " << dtype_name(dt) << " " << reduce_op_name(op) << " n " << n
+                       << " element " << i << ": got " << got << ", want " << want);
+  }
+}
+
+// What torch allows: AVG on floating point only, bitwise operators on integers and bool only.
+bool supported(ReduceOp op, DType dt) {
+  const bool bitwise = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+  if (op == ReduceOp::Avg) return is_floating_point(dt);
+  return !(bitwise && is_floating_point(dt));
+}
+
+constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max,
+                             ReduceOp::Avg, ReduceOp::BAnd,    ReduceOp::BOr, ReduceOp::BXor};
+
+TEST(AllReduce, EveryDtypeAndOperatorOnThreeRanks) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    int iter = 0;
+    for (DType dt : kAllDTypes) {
+      for (ReduceOp op : kOps) {
+        if (!supported(op, dt)) continue;
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}})
+          reduce_and_check({}, n, dt, op, iter++);
+      }
+    }
+  }));
+}
+
+TEST(AllReduce, LargeTensorsSpanSegmentsAndTheDataPath) {
+  expect_all_ok(run_ranks(2, [](int, int) {
+    // 6 MiB of float32 is two 4 MiB segments; 100 KiB of int64 leaves the eager path.
+    reduce_and_check({}, (6 << 20) / 4, DType::Float32, ReduceOp::Sum, 0);
+    reduce_and_check({}, (100 << 10) / 8, DType::Int64, ReduceOp::Max, 1);
+  }));
+}
+
+TEST(AllReduce, SubgroupsAndManyCalls) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    Group sub = new_group({1, 2, 3});
+    for (int iter = 0; iter < 60; ++iter) {
+      reduce_and_check({}, 1 + iter % 17, DType::Float32, ReduceOp::Sum, iter);
+      if (rank != 0) reduce_and_check(sub, 5, DType::Int32, ReduceOp::Product, iter);
+      if (iter % 7 == 0)
+        testing::gather_and_check({}, 3, DType::Float32, DType::Float32, false, iter);
+    }
+  }));
+}
+
+// Every rank raises and no rank's tensor changes.
+void expect_rejected(Tensor& t, ReduceOp op, const std::string& needle) {
+  Tensor before = zeros({t.numel()}, t.dtype());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    before.set(i, t.item(i));
+  expect_throw_with<InvalidArgument>([&] { all_reduce(t, op); }, needle);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    RANK_CHECK(t.item(i) == before.item(i), "element " << i << " changed");
+}
+
+TEST(AllReduceErrors, BadInputRaisesOnEveryRankAndChangesNothing) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    Tensor ints = zeros({4}, DType::Int32);
+    ints.set(0, rank + 1);
+    expect_rejected(ints, ReduceOp::Avg, "AVG needs a floating-point dtype, got torch.int32");
+    Tensor f = zeros({4});
+    f.set(1, rank + 2);
+    expect_rejected(f, rank == 1 ? ReduceOp::Max : ReduceOp::Sum, "disagree on the reduce op");
+    // Lengths that agree in the first 4 MiB segment but not in total: caught before any
+    // segment is reduced.
+    Tensor big = zeros({rank == 2 ? (5 << 20) / 4 : (6 << 20) / 4});
+    big.set(0, 1);
+    expect_rejected(big, ReduceOp::Sum, "disagree");
+    Tensor fd = zeros({4}, rank == 0 ? DType::Float64 : DType::Float32);
+    expect_rejected(fd, ReduceOp::Sum, "torch.float64");
+    // The group is still usable.
+    reduce_and_check({}, 9, DType::Float32, ReduceOp::Sum, 0);
+  }));
+}
+
+TEST(AllReduceErrors, DifferentCollectivesOnDifferentRanksRaiseOnEveryRank) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    Tensor t = zeros({4});
+    if (rank == 0) {
+      expect_throw_with<InvalidArgument>([&] { all_reduce(t); }, "ranks called different");
+    } else {
+      Tensor out = zeros({8});
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, t); },
+                                         "ranks called different");
+    }
+    reduce_and_check({}, 3, DType::Float32, ReduceOp::Sum, 1);
+  }));
+}
+
+}  // namespace
+}  // namespace rdmacoll

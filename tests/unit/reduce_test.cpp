@@ -1,0 +1,98 @@
+// all_reduce's local fold: every dtype and operator against values worked out by hand.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "engine/reduce.hpp"
+#include "rdmacoll/tensor.hpp"
+
+namespace rdmacoll::engine {
+namespace {
+
+// p = 3 chunks of n = 2 elements: rank r holds {r + 1, 5 - r} (i.e. {1,5}, {2,4}, {3,3}).
+Tensor chunks_of(DType dt) {
+  Tensor t = zeros({6}, dt);
+  for (int r = 0; r < 3; ++r) {
+    t.set(r * 2, r + 1);
+    t.set(r * 2 + 1, 5 - r);
+  }
+  return t;
+}
+
+std::vector<double> fold_of(DType dt, ReduceOp op) {
+  Tensor src = chunks_of(dt);
+  Tensor dst = zeros({2}, dt);
+  reduce_chunks(dst.data(), src.data(), dt, op, 3, 2);
+  return {dst.item(0), dst.item(1)};
+}
+
+TEST(Reduce, EveryNumericDtypeAndOperator) {
+  for (DType dt : kAllDTypes) {
+    if (dt == DType::Bool) continue;
+    EXPECT_EQ(fold_of(dt, ReduceOp::Sum), (std::vector<double>{6, 12})) << dtype_name(dt);
+    EXPECT_EQ(fold_of(dt, ReduceOp::Product), (std::vector<double>{6, 60})) << dtype_name(dt);
+    EXPECT_EQ(fold_of(dt, ReduceOp::Min), (std::vector<double>{1, 3})) << dtype_name(dt);
+    EXPECT_EQ(fold_of(dt, ReduceOp::Max), (std::vector<double>{3, 5})) << dtype_name(dt);
+    if (is_floating_point(dt)) {
+      EXPECT_EQ(fold_of(dt, ReduceOp::Avg), (std::vector<double>{2, 4})) << dtype_name(dt);
+    } else {
+      // {1,5} & {2,4} & {3,3} = {0, 0}; | = {3, 7}; ^ = {0, 2} (5 ^ 4 = 1, 1 ^ 3 = 2)
+      EXPECT_EQ(fold_of(dt, ReduceOp::BAnd), (std::vector<double>{0, 0})) << dtype_name(dt);
+      EXPECT_EQ(fold_of(dt, ReduceOp::BOr), (std::vector<double>{3, 7})) << dtype_name(dt);
+      EXPECT_EQ(fold_of(dt, ReduceOp::BXor), (std::vector<double>{0, 2})) << dtype_name(dt);
+    }
+  }
+}
+
+TEST(Reduce, BoolIsLogical) {
+  Tensor src = zeros({6}, DType::Bool);  // columns: {1,0,1} and {0,0,0}
+  src.set(0, 1);
+  src.set(4, 1);
+  Tensor dst = zeros({2}, DType::Bool);
+  auto run = [&](ReduceOp op) {
+    reduce_chunks(dst.data(), src.data(), DType::Bool, op, 3, 2);
+    return std::vector<double>{dst.item(0), dst.item(1)};
+  };
+  EXPECT_EQ(run(ReduceOp::Sum), (std::vector<double>{1, 0}));  // or
+  EXPECT_EQ(run(ReduceOp::Max), (std::vector<double>{1, 0}));
+  EXPECT_EQ(run(ReduceOp::Product), (std::vector<double>{0, 0}));  // and
+  EXPECT_EQ(run(ReduceOp::Min), (std::vector<double>{0, 0}));
+  EXPECT_EQ(run(ReduceOp::BXor), (std::vector<double>{0, 0}));
+}
+
+TEST(Reduce, IntegerSumsWrapAndHalfAccumulatesInFloat) {
+  std::vector<int8_t> i8 = {100, 100};  // two ranks, one element each
+  int8_t out8 = 0;
+  reduce_chunks(&out8, i8.data(), DType::Int8, ReduceOp::Sum, 2, 1);
+  EXPECT_EQ(out8, static_cast<int8_t>(-56));  // 200 wraps, as in torch
+  // 2048 + 1 + 1 in half: pairwise in half would stay at 2048 (spacing 2); in float it is 2050.
+  Tensor h = zeros({3}, DType::Float16);
+  h.set(0, 2048);
+  h.set(1, 1);
+  h.set(2, 1);
+  Tensor hout = zeros({1}, DType::Float16);
+  reduce_chunks(hout.data(), h.data(), DType::Float16, ReduceOp::Sum, 3, 1);
+  EXPECT_EQ(hout.item(0), 2050);
+}
+
+TEST(Reduce, DestinationMayBeTheFirstChunk) {
+  std::vector<float> v = {1, 2, 10, 20};  // p = 2, n = 2
+  reduce_chunks(v.data(), v.data(), DType::Float32, ReduceOp::Sum, 2, 2);
+  EXPECT_EQ(v[0], 11);
+  EXPECT_EQ(v[1], 22);
+}
+
+TEST(Reduce, UnsupportedPairsSayWhy) {
+  EXPECT_EQ(reduce_unsupported(ReduceOp::Avg, DType::Int32),
+            "AVG needs a floating-point dtype, got torch.int32");
+  EXPECT_EQ(reduce_unsupported(ReduceOp::BXor, DType::Float32),
+            "BXOR needs an integer or bool dtype, got torch.float32");
+  EXPECT_EQ(reduce_unsupported(ReduceOp::Sum, DType::BFloat16), "");
+  EXPECT_EQ(reduce_op_name(ReduceOp::Product), "PRODUCT");
+}
+
+}  // namespace
+}  // namespace rdmacoll::engine
