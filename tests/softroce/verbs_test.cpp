@@ -100,6 +100,25 @@ TEST(Verbs, MismatchedSizesRaiseOnEveryRank) {
   }));
 }
 
+// all_reduce rides the same gathers: small (inline in the descriptors) and 256 KiB (RDMA writes).
+TEST(Verbs, AllReduceSmallAndLarge) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    require_verbs();
+    for (int64_t n : {int64_t{5}, int64_t{65536}}) {
+      Tensor t = zeros({n});
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, rank * 10 + i % 7);
+      all_reduce(t);
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int r = 0; r < world; ++r)
+          want += r * 10 + i % 7;
+        RANK_CHECK(t.item(i) == want, "n " << n << " element " << i << ": got " << t.item(i));
+      }
+    }
+  }));
+}
+
 TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};
