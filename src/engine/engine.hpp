@@ -50,6 +50,9 @@ class Engine {
   void barrier(GroupState& group);
 
  private:
+  void reduce_scatter_direct(GroupState& group, uint8_t* data, DType dtype, int64_t m, ReduceOp op,
+                             uint64_t total_numel, const std::string& local_error);
+
   transport::Transport& transport_;
   SpinPolicy spin_;
 };

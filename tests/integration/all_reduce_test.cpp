@@ -112,9 +112,20 @@ TEST(AllReduce, EveryDtypeAndOperatorOnThreeRanks) {
 
 TEST(AllReduce, LargeTensorsSpanSegmentsAndTheDataPath) {
   expect_all_ok(run_ranks(2, [](int, int) {
-    // 6 MiB of float32 is two 4 MiB segments; 100 KiB of int64 leaves the eager path.
-    reduce_and_check({}, (6 << 20) / 4, DType::Float32, ReduceOp::Sum, 0);
+    // 10 MiB of float32: reduce-scatter + all-gather in two rounds (4 MiB pieces, then 1 MiB).
+    reduce_and_check({}, (10 << 20) / 4, DType::Float32, ReduceOp::Sum, 0);
+    // 100 KiB of int64: below the reduce-scatter threshold, gathered in one round of writes.
     reduce_and_check({}, (100 << 10) / 8, DType::Int64, ReduceOp::Max, 1);
+    reduce_and_check({}, (1 << 20) / 2, DType::BFloat16, ReduceOp::Avg, 2);
+  }));
+}
+
+TEST(AllReduce, ReduceScatterWithATailOnThreeRanks) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    // 100003 float32 (about 390 KiB): pieces of 33334 elements, then one element gathered.
+    reduce_and_check({}, 100003, DType::Float32, ReduceOp::Sum, 0);
+    reduce_and_check({}, 100003, DType::Int16, ReduceOp::Product, 1);
+    reduce_and_check({}, (3 << 20) / 8 + 2, DType::Float64, ReduceOp::Min, 2);
   }));
 }
 
