@@ -653,10 +653,14 @@ void Engine::reduce_scatter_direct(GroupState& g, uint8_t* data, DType dtype, in
                             }),
                             j, Pending::Kind::Write, g.rank, 1});
   }
-  std::memcpy(slots + g.rank * piece, data + g.rank * piece, piece);
   call.wait(call.recvs(), 0, call.recvs().size());
   call.wait(call.sends(), 0, call.sends().size());
-  reduce_chunks(data + g.rank * piece, slots, dtype, op, p, static_cast<size_t>(m));
+  // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
+  auto& chunks = g.scratch.reduce_chunks;
+  chunks.resize(p);
+  for (int r = 0; r < p; ++r)
+    chunks[r] = r == g.rank ? data + r * piece : slots + r * piece;
+  reduce_chunks(data + g.rank * piece, chunks.data(), dtype, op, p, static_cast<size_t>(m));
 }
 
 // all_reduce. Large tensors (from 256 KiB) run as a direct reduce-scatter then an in-place

@@ -30,6 +30,7 @@ struct CallScratch {
   std::vector<size_t> incoming_lengths;
   engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
+  std::vector<const void*> reduce_chunks;
 };
 
 class GroupState {

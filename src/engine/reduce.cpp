@@ -1,8 +1,10 @@
 #include "engine/reduce.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "api/dtype.hpp"
 
@@ -77,15 +79,16 @@ A combine(A acc, A v, ReduceOp op) {
   return acc;
 }
 
-// T: storage type; A: accumulator; load/store convert between them.
+// T: storage type; A: accumulator; load/store convert between them. Element by element, so
+// dst may be any of the chunks: all of element i is read before element i is written.
 template <typename T, typename A, typename Load, typename Store>
-void fold(void* dst, const void* chunks, ReduceOp op, int p, size_t n, Load load, Store store) {
-  const T* src = static_cast<const T*>(chunks);
+void fold(void* dst, const void* const* chunks, ReduceOp op, int p, size_t n, Load load,
+          Store store) {
   T* out = static_cast<T*>(dst);
   for (size_t i = 0; i < n; ++i) {
-    A acc = load(src[i]);
+    A acc = load(static_cast<const T*>(chunks[0])[i]);
     for (int r = 1; r < p; ++r)
-      acc = combine<A>(acc, load(src[static_cast<size_t>(r) * n + i]), op);
+      acc = combine<A>(acc, load(static_cast<const T*>(chunks[r])[i]), op);
     if constexpr (std::is_floating_point_v<A>) {
       if (op == ReduceOp::Avg) acc /= static_cast<A>(p);
     }
@@ -93,43 +96,49 @@ void fold(void* dst, const void* chunks, ReduceOp op, int p, size_t n, Load load
   }
 }
 
-// Types that accumulate in themselves fold chunk by chunk (dst = c0 op c1 op ...): the same
-// order, so the same bits, as element by element, but streaming loops the compiler vectorizes.
+// Types that accumulate in themselves fold a block at a time, chunk after chunk, into a local
+// accumulator: the same order, so the same bits, as element by element, but streaming loops
+// the compiler vectorizes; dst is written only after the block is read, so it may alias.
 template <typename T, ReduceOp Op>
-void fold_streams(T* out, const T* src, int p, size_t n) {
-  if (out != src) std::memmove(out, src, n * sizeof(T));
-  for (int r = 1; r < p; ++r) {
-    const T* c = src + static_cast<size_t>(r) * n;
-    for (size_t i = 0; i < n; ++i)
-      out[i] = combine<T>(out[i], c[i], Op);
-  }
-  if constexpr (Op == ReduceOp::Avg && std::is_floating_point_v<T>) {
-    for (size_t i = 0; i < n; ++i)
-      out[i] /= static_cast<T>(p);
+void fold_streams(T* out, const void* const* chunks, int p, size_t n) {
+  constexpr size_t kBlock = 2048;
+  T acc[kBlock];
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t len = std::min(kBlock, n - b);
+    std::memcpy(acc, static_cast<const T*>(chunks[0]) + b, len * sizeof(T));
+    for (int r = 1; r < p; ++r) {
+      const T* c = static_cast<const T*>(chunks[r]) + b;
+      for (size_t i = 0; i < len; ++i)
+        acc[i] = combine<T>(acc[i], c[i], Op);
+    }
+    if constexpr (Op == ReduceOp::Avg && std::is_floating_point_v<T>) {
+      for (size_t i = 0; i < len; ++i)
+        acc[i] /= static_cast<T>(p);
+    }
+    std::memcpy(out + b, acc, len * sizeof(T));
   }
 }
 
 template <typename T>
-void fold_plain(void* dst, const void* chunks, ReduceOp op, int p, size_t n) {
+void fold_plain(void* dst, const void* const* chunks, ReduceOp op, int p, size_t n) {
   T* out = static_cast<T*>(dst);
-  const T* src = static_cast<const T*>(chunks);
   switch (op) {
     case ReduceOp::Sum:
-      return fold_streams<T, ReduceOp::Sum>(out, src, p, n);
+      return fold_streams<T, ReduceOp::Sum>(out, chunks, p, n);
     case ReduceOp::Product:
-      return fold_streams<T, ReduceOp::Product>(out, src, p, n);
+      return fold_streams<T, ReduceOp::Product>(out, chunks, p, n);
     case ReduceOp::Min:
-      return fold_streams<T, ReduceOp::Min>(out, src, p, n);
+      return fold_streams<T, ReduceOp::Min>(out, chunks, p, n);
     case ReduceOp::Max:
-      return fold_streams<T, ReduceOp::Max>(out, src, p, n);
+      return fold_streams<T, ReduceOp::Max>(out, chunks, p, n);
     case ReduceOp::Avg:
-      return fold_streams<T, ReduceOp::Avg>(out, src, p, n);
+      return fold_streams<T, ReduceOp::Avg>(out, chunks, p, n);
     case ReduceOp::BAnd:
-      return fold_streams<T, ReduceOp::BAnd>(out, src, p, n);
+      return fold_streams<T, ReduceOp::BAnd>(out, chunks, p, n);
     case ReduceOp::BOr:
-      return fold_streams<T, ReduceOp::BOr>(out, src, p, n);
+      return fold_streams<T, ReduceOp::BOr>(out, chunks, p, n);
     case ReduceOp::BXor:
-      return fold_streams<T, ReduceOp::BXor>(out, src, p, n);
+      return fold_streams<T, ReduceOp::BXor>(out, chunks, p, n);
   }
 }
 
@@ -146,9 +155,18 @@ std::string reduce_unsupported(ReduceOp op, DType dtype) {
 }
 
 void reduce_chunks(void* dst, const void* chunks, DType dtype, ReduceOp op, int p, size_t n) {
+  std::vector<const void*> ptrs(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r)
+    ptrs[r] =
+        static_cast<const uint8_t*>(chunks) + static_cast<size_t>(r) * n * element_size(dtype);
+  reduce_chunks(dst, ptrs.data(), dtype, op, p, n);
+}
+
+void reduce_chunks(void* dst, const void* const* chunks, DType dtype, ReduceOp op, int p,
+                   size_t n) {
   if (n == 0) return;
   if (p == 1) {
-    std::memmove(dst, chunks, n * element_size(dtype));
+    std::memmove(dst, chunks[0], n * element_size(dtype));
     return;
   }
   switch (dtype) {

@@ -14,7 +14,9 @@ namespace rdmacoll::engine {
 std::string reduce_unsupported(ReduceOp op, DType dtype);
 
 // dst[i] = op over r = 0, 1, ..., p-1 of chunks[r * n + i], folded in that order (16-bit
-// floats accumulate in float, AVG divides the sum by p). dst is separate or the first chunk.
+// floats accumulate in float, AVG divides the sum by p). dst may be any chunk.
 void reduce_chunks(void* dst, const void* chunks, DType dtype, ReduceOp op, int p, size_t n);
+// The same over p separate chunks (chunks[r] is rank r's copy); dst may be one of them.
+void reduce_chunks(void* dst, const void* const* chunks, DType dtype, ReduceOp op, int p, size_t n);
 
 }  // namespace rdmacoll::engine

@@ -85,6 +85,24 @@ TEST(Reduce, DestinationMayBeTheFirstChunk) {
   EXPECT_EQ(v[1], 22);
 }
 
+// The reduce-scatter folds into the owner's own copy, which may be any of the chunks; blocks
+// longer than the fold's inner buffer must not read what they already wrote.
+TEST(Reduce, SeparateChunksAndADestinationThatIsALaterChunk) {
+  const size_t n = 5000;
+  std::vector<double> a(n, 1.5), b(n), c(n, 0.25);
+  for (size_t i = 0; i < n; ++i)
+    b[i] = static_cast<double>(i);
+  const void* chunks[] = {a.data(), b.data(), c.data()};
+  reduce_chunks(b.data(), chunks, DType::Float64, ReduceOp::Sum, 3, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(b[i], 1.5 + static_cast<double>(i) + 0.25) << "element " << i;
+  std::vector<uint16_t> h0(n, 0x3c00), h1(n, 0x4000);  // half 1.0 and 2.0
+  const void* halves[] = {h0.data(), h1.data()};
+  reduce_chunks(h1.data(), halves, DType::Float16, ReduceOp::Max, 2, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(h1[i], 0x4000) << "element " << i;
+}
+
 TEST(Reduce, UnsupportedPairsSayWhy) {
   EXPECT_EQ(reduce_unsupported(ReduceOp::Avg, DType::Int32),
             "AVG needs a floating-point dtype, got torch.int32");
