@@ -8,6 +8,7 @@ report gives the best and the median over blocks, and the load average before ea
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
       [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
+      [--collective all_gather|all_reduce]
 
 Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
 size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
@@ -82,11 +83,17 @@ def build_helpers(outdir):
     return built
 
 
-def systems(build, helpers):
+def systems(build, helpers, collective):
+    """The contenders for `collective`: all_gather (all_gather_into_tensor against
+    MPI_Allgather, gloo all_gather) or all_reduce (float32 SUM in place, against MPI_Allreduce
+    and gloo all_reduce)."""
+    reduce = collective == "all_reduce"
     run = os.path.join(build, "rdmacoll-run")
     perf = os.path.join(build, "all_gather_perf")
+    op = ["-o", "all_reduce"] if reduce else []
+    mode = ["allreduce"] if reduce else []
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
-                            "-w", "2", "-c", "1"]
+                            "-w", "2", "-c", "1"] + op
     out = [
         System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)"),
         System("rdmacoll-tcp", "tcp", rdm, {"UCX_TLS": "tcp"}, label="rdmacoll (UCX_TLS=tcp)"),
@@ -100,30 +107,38 @@ def systems(build, helpers):
         # Default arguments bind now: `exe` is reassigned below (late binding would hand
         # MPICH's binary to Open MPI's mpirun).
         out.append(System("ompi-shm", "shm",
-                          lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s), str(it), "2"],
+                          lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s), str(it),
+                                                            "2"] + mode,
                           label="Open MPI 4.1.4 (default)"))
         out.append(System("ompi-tcp", "tcp",
                           lambda w, s, it, exe=exe: ompi + ["--mca", "pml", "ob1", "--mca", "btl",
                                                    "tcp,self", "-np", str(w), exe, str(s),
-                                                   str(it), "2"],
+                                                   str(it), "2"] + mode,
                           label="Open MPI 4.1.4 (btl tcp,self)"))
     if "mpich" in helpers:
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
-                          lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s), str(it), "2"],
+                          lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s),
+                                                     str(it), "2"] + mode,
                           label="MPICH 4.0.2"))
     out.append(System("gloo", "tcp",
                       lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
-                                        os.path.join(HERE, "gloo_allgather.py"), str(s), str(it), "1"],
-                      label="torch 1.13 gloo (all_gather into views)"))
+                                        os.path.join(HERE, "gloo_allgather.py"), str(s), str(it),
+                                        "1"] + mode,
+                      label="torch 1.13 gloo (all_reduce)" if reduce
+                      else "torch 1.13 gloo (all_gather into views)"))
     memcpy = helpers["memcpy"]
+    # What one rank must move: (p-1) chunks for an all-gather, 2 (p-1)/p of the tensor for an
+    # all-reduce (reduce-scatter + all-gather).
+    moved = (lambda w, s: 2 * s * (w - 1) // w) if reduce else (lambda w, s: s * (w - 1))
     out.append(System("memcpy", "limit",
-                      lambda w, s, it, memcpy=memcpy: [memcpy, str(s * (w - 1)), str(it)],
-                      label="memcpy limit (1 thread, (p-1) x size)"))
+                      lambda w, s, it, memcpy=memcpy: [memcpy, str(moved(w, s)), str(it)],
+                      label="memcpy limit (1 thread, 2(p-1)/p x size)" if reduce
+                      else "memcpy limit (1 thread, (p-1) x size)"))
     return out
 
 
-def run_one(system, world, nbytes, timeout):
+def run_one(system, world, nbytes, timeout, reduce=False):
     it = iterations(nbytes, world)
     env = dict(os.environ)
     env.update(system.env)
@@ -146,8 +161,8 @@ def run_one(system, world, nbytes, timeout):
             if len(fields) > 4 and int(fields[4]) != world:  # e.g. a launcher/MPI mismatch
                 return None, load, f"ran as {fields[4]} ranks, not {world}"
         elif system.name.startswith("rdmacoll") and line and line[0].isdigit():
-            f = line.split()
-            us, wrong = float(f[3]), int(f[6])
+            f = line.split()  # all_reduce rows have a redop column after the type
+            us, wrong = (float(f[4]), int(f[7])) if reduce else (float(f[3]), int(f[6]))
     if us is None:
         return None, load, f"no result (exit {proc.returncode}): {text[-300:]!r}"
     if wrong:
@@ -155,9 +170,13 @@ def run_one(system, world, nbytes, timeout):
     return us, load, ""
 
 
-def busbw(world, nbytes, us, name):
+def busbw(world, nbytes, us, name, reduce=False):
+    """nccl-tests' bus bandwidth: all-gather (p-1)/p x p x size / time, all-reduce 2 (p-1)/p x
+    size / time; the memcpy limit moves exactly those bytes."""
     if us is None or us <= 0:
         return None
+    if reduce:
+        return 2 * nbytes * (world - 1) / world / us / 1e3
     if name == "memcpy":
         return nbytes * (world - 1) / us / 1e3
     return world * nbytes / us / 1e3 * (world - 1) / world
@@ -176,14 +195,20 @@ def main():
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
+    ap.add_argument("--collective", choices=("all_gather", "all_reduce"), default="all_gather",
+                    help="all_gather (default; files compare.*, busbw.png) or all_reduce "
+                         "(float32 SUM; files compare_all_reduce.*, busbw_all_reduce.png)")
     args = ap.parse_args()
+    reduce = args.collective == "all_reduce"
+    stem = "compare_all_reduce" if reduce else "compare"
+    plot_name = "busbw_all_reduce.png" if reduce else "busbw.png"
     if args.smoke:
         args.min, args.max, args.factor, args.blocks, args.worlds = "8", "4K", 512, 1, "2"
         args.extra = ""
     out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     helpers = build_helpers(out)
-    contenders = systems(os.path.abspath(args.build), helpers)
+    contenders = systems(os.path.abspath(args.build), helpers, args.collective)
     worlds = [int(w) for w in args.worlds.split(",")]
     sizes, s = [], parse_size(args.min)
     while s <= parse_size(args.max):
@@ -200,7 +225,7 @@ def main():
         for world in worlds:
             for nbytes in sizes:
                 for sysm in contenders:
-                    us, load, note = run_one(sysm, world, nbytes, args.timeout)
+                    us, load, note = run_one(sysm, world, nbytes, args.timeout, reduce)
                     rows.append((block, world, nbytes, sysm.name, us, load, note))
                     if note:
                         failures.append(f"{sysm.name} p={world} {human(nbytes)}: {note}")
@@ -211,12 +236,12 @@ def main():
         print(file=sys.stderr)
     elapsed = time.time() - started
 
-    with open(os.path.join(out, "compare.csv"), "w", newline="") as f:
+    with open(os.path.join(out, stem + ".csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["block", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
                     "loadavg_before", "note"])
         for block, world, nbytes, name, us, load, note in rows:
-            bw = busbw(world, nbytes, us, name)
+            bw = busbw(world, nbytes, us, name, reduce)
             w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}",
                         "" if bw is None else f"{bw:.4f}", f"{load:.2f}", note])
 
@@ -233,12 +258,16 @@ def main():
     peer = {"shm": "rdmacoll-shm", "limit": "rdmacoll-shm", "tcp": "rdmacoll-tcp",
             "verbs": "rdmacoll-verbs"}
 
-    md = [f"# all_gather comparison ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
+    md = [f"# {args.collective} comparison ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
           f"{os.cpu_count()} cores)", "",
           f"Best of {args.blocks} block(s) (median in parentheses), mean us per call of the slowest "
           f"rank. Ratio = system time / rdmacoll time of the same family (shm systems against "
           f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp): > 1 means "
           f"rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
+    if reduce:
+        md += ["all_reduce: size is the tensor's bytes (float32), reduced in place with SUM; "
+               "busbw = 2 (p-1)/p x size / time, as in nccl-tests. The memcpy limit copies those "
+               "2 (p-1)/p x size bytes once.", ""]
     for c in contenders:
         md.append(f"- `{c.name}`: {c.label}")
     md.append("")
@@ -265,8 +294,8 @@ def main():
     md.append("")
     loads = [r[5] for r in rows]
     md.append(f"Load average before each run: min {min(loads):.2f}, median "
-              f"{statistics.median(loads):.2f}, max {max(loads):.2f} (per run in compare.csv).")
-    with open(os.path.join(out, "compare.md"), "w") as f:
+              f"{statistics.median(loads):.2f}, max {max(loads):.2f} (per run in {stem}.csv).")
+    with open(os.path.join(out, stem + ".md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
     try:
@@ -281,14 +310,14 @@ def main():
                             fam == "shm" and families[name] == "verbs"):
                         continue
                     xs = [n for n in sizes if (world, n, name) in best]
-                    ys = [busbw(world, n, best[(world, n, name)], name) for n in xs]
+                    ys = [busbw(world, n, best[(world, n, name)], name, reduce) for n in xs]
                     series.append((labels[name], xs, ys, name.startswith("rdmacoll")))
                 panels.append((f"{world} ranks, {title}", series))
-        save_busbw_plot(os.path.join(out, "busbw.png"), panels)
+        save_busbw_plot(os.path.join(out, plot_name), panels)
     except ImportError:
         print("matplotlib missing: no plot (apt-get install python3-matplotlib)", file=sys.stderr)
 
-    print(f"wrote {out}/compare.csv, compare.md, busbw.png ({elapsed:.0f} s)")
+    print(f"wrote {out}/{stem}.csv, {stem}.md, {plot_name} ({elapsed:.0f} s)")
     if failures:
         print("runs without a result:\n  " + "\n  ".join(failures), file=sys.stderr)
     # A failed rdmacoll run is an error; a peer that cannot run here is only reported.

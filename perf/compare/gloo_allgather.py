@@ -1,4 +1,5 @@
-"""torch.distributed all_gather with the gloo backend, the torch peer in perf/compare.
+"""torch.distributed all_gather with the gloo backend, the torch peer in perf/compare (with a
+fourth argument "allreduce": dist.all_reduce, float32 SUM).
 
 torch 1.13's gloo backend has no all_gather_into_tensor, so this gathers with all_gather into
 views of one pre-allocated output tensor (the same memory layout). Launched by rdmacoll-run
@@ -13,10 +14,34 @@ import torch
 import torch.distributed as dist
 
 
+def all_reduce(nbytes, iters, warmup, rank, world):
+    """dist.all_reduce (float32 SUM, in place), the torch peer of rdmacoll's all_reduce."""
+    n = nbytes // 4
+    t = torch.zeros(n, dtype=torch.float32)
+    for _ in range(warmup):
+        dist.all_reduce(t)
+    total = 0.0
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        total += time.perf_counter() - t0
+    idx = torch.arange(n, dtype=torch.int64)
+    t = ((idx + rank) % 5).to(torch.float32)
+    dist.all_reduce(t)
+    expect = sum(((idx + r) % 5).to(torch.float32) for r in range(world))
+    return total, int((t != expect).sum())
+
+
 def main():
     nbytes, iters, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if len(sys.argv) > 4 and sys.argv[4] == "allreduce":
+        total, wrong = all_reduce(nbytes, iters, warmup, rank, world)
+        report(nbytes, iters, total, wrong, world)
+        dist.destroy_process_group()
+        return
     n = max(nbytes, 1)
     inp = ((torch.arange(n, dtype=torch.int64) + rank * 7) % 256).to(torch.uint8)[:nbytes]
     out = torch.zeros(world * nbytes, dtype=torch.uint8)
@@ -32,13 +57,18 @@ def main():
     expect = torch.cat([((torch.arange(n, dtype=torch.int64) + r * 7) % 256).to(torch.uint8)[:nbytes]
                         for r in range(world)])
     wrong = int((out != expect).sum())
+    report(nbytes, iters, total, wrong, world)
+    dist.destroy_process_group()
+
+
+def report(nbytes, iters, total, wrong, world):
+    """Rank 0 prints the slowest rank's mean and the wrong elements of all ranks."""
     stats = torch.tensor([total / iters * 1e6, float(wrong)], dtype=torch.float64)
     gathered = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
     dist.all_gather(gathered, stats)
-    if rank == 0:
+    if dist.get_rank() == 0:
         print(f"RESULT {nbytes} {max(g[0].item() for g in gathered):.3f} "
               f"{int(sum(g[1].item() for g in gathered))}", flush=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
