@@ -114,8 +114,10 @@ TEST(AllReduce, LargeTensorsSpanSegmentsAndTheDataPath) {
   expect_all_ok(run_ranks(2, [](int, int) {
     // 10 MiB of float32: reduce-scatter + all-gather in two rounds (4 MiB pieces, then 1 MiB).
     reduce_and_check({}, (10 << 20) / 4, DType::Float32, ReduceOp::Sum, 0);
-    // 100 KiB of int64: below the reduce-scatter threshold, gathered in one round of writes.
-    reduce_and_check({}, (100 << 10) / 8, DType::Int64, ReduceOp::Max, 1);
+    // 48 KiB of int64: within the eager limit, gathered in one round and folded by every rank.
+    reduce_and_check({}, (48 << 10) / 8, DType::Int64, ReduceOp::Max, 1);
+    // 100 KiB: just past it, so reduce-scatter + all-gather.
+    reduce_and_check({}, (100 << 10) / 8, DType::Int64, ReduceOp::Sum, 3);
     reduce_and_check({}, (1 << 20) / 2, DType::BFloat16, ReduceOp::Avg, 2);
   }));
 }
