@@ -1,0 +1,195 @@
+#include "engine/call.hpp"
+
+#include <cstring>
+
+namespace rdmacoll::engine {
+
+void check_usable(const GroupState& g, const char* op) {
+  if (!g.is_member()) {
+    throw InvalidArgument(std::string(op) + ": this process is not a member of " + g.describe() +
+                          "; only members may call collectives on it");
+  }
+  if (g.broken) {
+    throw InvalidArgument(std::string(op) + ": " + g.describe() +
+                          " is unusable after an earlier failure: " + *g.broken);
+  }
+}
+
+namespace {
+
+std::string describe_args(const CallDescriptor& d) {
+  return "input " + std::to_string(d.in_numel) + " x " +
+         dtype_name(static_cast<DType>(d.in_dtype)) + ", output " + std::to_string(d.out_numel) +
+         " x " + dtype_name(static_cast<DType>(d.out_dtype));
+}
+
+// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`).
+// The result lives in the group's scratch and views the buffers the messages arrived in (receive
+// buffers or eager slots): valid until the group's next call.
+const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
+                                                     const CallDescriptor& mine,
+                                                     const uint8_t* const* messages,
+                                                     const size_t* lengths) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  s.descriptors.resize(p);
+  s.descriptors[g.rank] = mine;
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == g.rank) continue;
+    CallDescriptor d = CallDescriptor::parse(messages[peer], lengths[peer]);
+    if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
+      throw TransportError(call.where() + ": descriptor from rank " +
+                           std::to_string(call.global(peer)) + " is for another call (group " +
+                           std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
+    }
+    s.descriptors[peer] = d;
+  }
+  return s.descriptors;
+}
+
+// Eager slots are on: store our descriptor into every peer's slot, then read theirs from ours.
+const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& t, GroupState& g,
+                                                          Call& call, const CallDescriptor& mine) {
+  const int p = g.size();
+  const EagerSlots& slots = g.scratch.slots;
+  const uint64_t seq = call.seq();
+  const uint64_t flag = seq + 1;
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    uint8_t* slot = slots.remote_slot(peer, g.rank, seq);
+    EagerSlots::length(slot) = mine.serialize_to(slot + EagerSlots::kLine, slots.capacity());
+    EagerSlots::flag(slot).store(flag, std::memory_order_seq_cst);
+  }
+  // Dekker with Call::wait_slots: a peer that went to sleep before our flag landed is woken.
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    if (slots.remote_sleeping(peer).load(std::memory_order_seq_cst) == flag) {
+      call.guarded([&] {
+        t.doorbell(call.global(peer));
+        return 0;
+      });
+    }
+  }
+  call.wait_slots(slots);
+  auto& s = g.scratch;
+  s.incoming.resize(p);
+  s.incoming_lengths.resize(p);
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == g.rank) continue;
+    uint8_t* slot = slots.local_slot(peer, seq);
+    s.incoming[peer] = slot + EagerSlots::kLine;
+    s.incoming_lengths[peer] = EagerSlots::length(slot);
+    if (s.incoming_lengths[peer] > slots.capacity()) {
+      throw TransportError(call.where() + ": eager slot of rank " +
+                           std::to_string(call.global(peer)) + " claims " +
+                           std::to_string(s.incoming_lengths[peer]) + " bytes, more than its " +
+                           std::to_string(slots.capacity()));
+    }
+  }
+  return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+}
+
+}  // namespace
+
+const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
+                                                        Call& call, const CallDescriptor& mine_in) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  if (s.slots.active()) return exchange_through_slots(t, g, call, mine_in);
+  CallDescriptor mine = mine_in;
+  // Sized for the largest descriptor any member may send: header, key, error and an eager
+  // chunk. Allocated once per group.
+  const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));
+  if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
+    s.receive.assign(p, std::vector<uint8_t>(capacity));
+    s.receive_capacity = capacity;
+  }
+  s.slots.annotate(t, p, capacity, mine);
+  mine.serialize_into(s.send, capacity);
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + p - i) % p;
+    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(call.global(peer), tag, s.receive[peer].data(),
+                                            capacity);
+                            }),
+                            peer, Pending::Kind::Descriptor});
+  }
+  for (int i = 1; i < p; ++i) {
+    const int peer = (g.rank + i) % p;
+    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
+    // The transport owns the copy of a control message until it is sent; nothing to track.
+    call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
+  }
+  call.wait(call.recvs(), 0, call.recvs().size());
+  s.incoming.resize(p);
+  s.incoming_lengths.resize(p);
+  for (const Pending& pr : call.recvs()) {
+    s.incoming[pr.peer] = s.receive[pr.peer].data();
+    s.incoming_lengths[pr.peer] = pr.req->length();
+  }
+  call.recvs().clear();
+  const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+  s.slots.advance(t, g.members, g.rank, all);
+  return all;
+}
+
+// Every rank sees the same descriptors, so every rank raises the same error.
+void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all) {
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].op != all[0].op) {
+      throw InvalidArgument(call.where() + ": ranks called different collectives: rank " +
+                            std::to_string(call.global(0)) + " " + collective_name(all[0].op) +
+                            ", rank " + std::to_string(call.global(r)) + " " +
+                            collective_name(all[r].op) +
+                            "; every member must call the same collectives in the same order");
+    }
+  }
+}
+
+void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
+  check_same_collective(call, all);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].ok) {
+      throw InvalidArgument(call.where() + ": rank " + std::to_string(call.global(r)) +
+                            " rejected its arguments: " + std::string(all[r].error));
+    }
+  }
+  const CallDescriptor& ref = all[0];
+  for (size_t r = 1; r < all.size(); ++r) {
+    const CallDescriptor& d = all[r];
+    if (d.in_numel != ref.in_numel || d.in_dtype != ref.in_dtype || d.out_dtype != ref.out_dtype ||
+        d.out_numel != ref.out_numel) {
+      throw InvalidArgument(call.where() + ": ranks disagree: rank " +
+                            std::to_string(call.global(0)) + " has " + describe_args(ref) +
+                            ", rank " + std::to_string(call.global(r)) + " has " +
+                            describe_args(d) + "; every rank must pass the same sizes and dtypes");
+    }
+    if (d.total_numel != ref.total_numel) {
+      throw InvalidArgument(
+          call.where() + ": ranks disagree: rank " + std::to_string(call.global(0)) + " reduces " +
+          std::to_string(ref.total_numel) + " elements, rank " + std::to_string(call.global(r)) +
+          " " + std::to_string(d.total_numel) + "; every rank must pass the same sizes and dtypes");
+    }
+    if (d.reduce_op != ref.reduce_op) {
+      throw InvalidArgument(call.where() + ": ranks disagree on the reduce op: rank " +
+                            std::to_string(call.global(0)) + " " +
+                            reduce_op_name(static_cast<ReduceOp>(ref.reduce_op)) + ", rank " +
+                            std::to_string(call.global(r)) + " " +
+                            reduce_op_name(static_cast<ReduceOp>(d.reduce_op)));
+    }
+  }
+  // Same sizes but not the same path: the eager limit differs between ranks (it can only be
+  // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].inline_data.empty() != ref.inline_data.empty()) {
+      const size_t inl = ref.inline_data.empty() ? r : 0;
+      throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +
+                            std::to_string(call.global(inl)) + " sent its chunk inline, rank " +
+                            std::to_string(call.global(inl == 0 ? r : 0)) +
+                            " did not; every rank must see the same RDMACOLL_EAGER_LIMIT");
+    }
+  }
+}
+
+}  // namespace rdmacoll::engine

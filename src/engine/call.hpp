@@ -1,0 +1,218 @@
+#pragma once
+// One collective call in flight, and the descriptor round every call starts with. Internal to
+// src/engine: the collectives (engine.cpp, all_reduce.cpp) are built from these pieces.
+
+#include <sched.h>
+
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/call_descriptor.hpp"
+#include "engine/eager_slots.hpp"
+#include "engine/engine.hpp"
+#include "engine/group_state.hpp"
+#include "engine/pending.hpp"
+#include "rdmacoll/errors.hpp"
+#include "transports/transport.hpp"
+
+namespace rdmacoll::engine {
+
+using transport::Clock;
+using transport::RequestPtr;
+
+// One collective call in flight: owns its requests and cancels whatever is still pending
+// when the call ends early, so no receive lands in memory the caller may free.
+class Call {
+ public:
+  Call(transport::Transport& t, GroupState& g, const char* op, SpinPolicy spin)
+      : t_(t),
+        g_(g),
+        op_(op),
+        seq_(g.next_seq++),
+        deadline_(Clock::now() + g.timeout),
+        spin_(spin),
+        recvs_(g.scratch.recvs),
+        sends_(g.scratch.sends) {
+    recvs_.clear();
+    sends_.clear();
+  }
+
+  ~Call() {
+    for (auto* list : {&recvs_, &sends_}) {
+      for (auto& p : *list) {
+        if (p.req && !p.req->done()) t_.cancel(p.req);
+      }
+      list->clear();  // keeps the capacity for the group's next call
+    }
+  }
+
+  uint64_t seq() const { return seq_; }
+
+  std::string where() const {
+    return std::string(op_) + " (" + g_.describe() + ", call #" + std::to_string(seq_) + ", rank " +
+           std::to_string(g_.rank) + " of " + std::to_string(g_.size()) + ")";
+  }
+
+  // Runs a transport call; a failure it throws gets this call's context and breaks the group.
+  template <typename F>
+  auto guarded(F&& f) {
+    try {
+      return f();
+    } catch (const PeerFailure& e) {
+      fail<PeerFailure>(where() + ": " + e.what());
+    } catch (const TransportError& e) {
+      fail<TransportError>(where() + ": " + e.what());
+    }
+  }
+
+  std::vector<Pending>& recvs() { return recvs_; }
+  std::vector<Pending>& sends() { return sends_; }
+
+  int global(int group_rank) const { return g_.members[group_rank]; }
+
+  // Waits until list[begin, end) is complete; throws PeerFailure or Timeout (and marks the
+  // group broken, since ranks may now be out of step).
+  void wait(std::vector<Pending>& list, size_t begin, size_t end) {
+    int idle = 0;
+    for (;;) {
+      bool all_done = true;
+      for (size_t i = begin; i < end; ++i) {
+        const Pending& p = list[i];
+        if (p.req->done()) continue;
+        if (p.req->failed()) {
+          fail<PeerFailure>(where() + ": " + p.what() + " with rank " +
+                            std::to_string(global(p.peer)) + " failed: " + p.req->error());
+        }
+        all_done = false;
+      }
+      if (all_done) return;
+      if (t_.progress()) {
+        idle = 0;
+        continue;
+      }
+      if (keep_spinning(idle)) continue;
+      for (size_t i = begin; i < end; ++i) {
+        if (!list[i].req->done()) check_alive(list[i].peer);
+      }
+      if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
+      t_.wait_for_event(deadline_);
+    }
+  }
+
+  // Waits until every other member's eager slot for this call is complete: polls our own
+  // memory, then (as wait() does) checks on the missing peers and blocks, after telling
+  // writers through the `sleeping` word to ring the doorbell.
+  void wait_slots(const EagerSlots& slots) {
+    const int p = g_.size();
+    const uint64_t flag = seq_ + 1;
+    auto arrived = [&](int peer) {
+      return EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) == flag;
+    };
+    auto missing = [&]() {
+      for (int i = 1; i < p; ++i) {
+        const int peer = (g_.rank + p - i) % p;
+        if (!arrived(peer)) return peer;
+      }
+      return -1;
+    };
+    int idle = 0;
+    while (missing() >= 0) {
+      if (keep_spinning(idle)) {
+        if (idle % 16 == 0) t_.progress();
+        continue;
+      }
+      t_.progress();
+      for (int peer = 0; peer < p; ++peer) {
+        if (peer != g_.rank && !arrived(peer)) check_alive(peer);
+      }
+      if (Clock::now() >= deadline_) {
+        fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
+                      " ms; still waiting for the call descriptor (eager slot) of rank " +
+                      std::to_string(global(missing())));
+      }
+      // Dekker with the writers (exchange_through_slots): either they see `sleeping` and
+      // ring, or we see their flag here and do not block.
+      // (All four accesses are seq_cst, which orders each store before the later load.)
+      slots.local_sleeping().store(flag, std::memory_order_seq_cst);
+      if (missing() >= 0) t_.wait_for_event(deadline_);
+      slots.local_sleeping().store(0, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  std::string timeout_message(const std::vector<Pending>& list, size_t begin, size_t end) const {
+    std::ostringstream os;
+    os << where() << ": timed out after " << g_.timeout.count() << " ms; still waiting for";
+    bool first = true;
+    for (size_t i = begin; i < end; ++i) {
+      if (list[i].req->done()) continue;
+      os << (first ? " " : ", ") << list[i].what() << " with rank " << global(list[i].peer);
+      first = false;
+    }
+    return os.str();
+  }
+
+  // One idle round: true while the wait should keep polling. Polling first saves a wake-up
+  // from poll() (tens of us); when ranks outnumber cores every round yields, since the rank
+  // we wait for may be queued behind us on this core.
+  bool keep_spinning(int& idle) {
+    if (++idle <= 64) {
+      if (spin_.yield) sched_yield();
+      return true;
+    }
+    if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
+    if (Clock::now() < spin_until_) {
+      if (spin_.yield) sched_yield();
+      return true;
+    }
+    return false;
+  }
+
+  void check_alive(int peer) {
+    if (auto why = t_.peer_failure(global(peer))) {
+      fail<PeerFailure>(where() + ": rank " + std::to_string(global(peer)) + " is gone: " + *why);
+    }
+  }
+
+  template <typename E>
+  [[noreturn]] void fail(const std::string& message) {
+    g_.broken = message;
+    throw E(message);
+  }
+
+  transport::Transport& t_;
+  GroupState& g_;
+  const char* op_;
+  uint64_t seq_;
+  Clock::time_point deadline_;
+  SpinPolicy spin_;
+  Clock::time_point spin_until_{};
+  std::vector<Pending>& recvs_;  // the group's scratch lists
+  std::vector<Pending>& sends_;
+};
+
+// A source range outside any registration, for transports that read any memory.
+class SourceView final : public transport::MemoryRegion {
+ public:
+  using MemoryRegion::MemoryRegion;
+  transport::Bytes packed_key() const override { return {}; }
+};
+
+// Throws InvalidArgument for a non-member or a group broken by an earlier failure.
+void check_usable(const GroupState& g, const char* op);
+
+// Sends our descriptor to every other member and collects theirs (index = group rank): through
+// eager slots once the group has them, else as messages (which also carry the slots' set-up).
+// The result lives in the group's scratch: valid until the group's next call.
+const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
+                                                        Call& call, const CallDescriptor& mine);
+
+// Every rank sees the same descriptors, so every rank raises the same InvalidArgument: for a
+// different collective, a rank that rejected its arguments, or sizes, dtypes, lengths, the
+// reduce operator or the eager path that differ.
+void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
+void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all);
+
+}  // namespace rdmacoll::engine
