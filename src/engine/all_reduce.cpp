@@ -152,7 +152,11 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
     if (scratch.size() < static_cast<size_t>(p) * n * es) scratch.resize(p * n * es);
     all_gather(g,
                round_args(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
-    reduce_chunks(bytes + done * es, scratch.data(), dtype, op, p, static_cast<size_t>(n));
+    auto& chunks = g.scratch.reduce_chunks;  // reused: nothing allocated per call
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r)
+      chunks[r] = scratch.data() + static_cast<size_t>(r) * n * es;
+    reduce_chunks(bytes + done * es, chunks.data(), dtype, op, p, static_cast<size_t>(n));
     done += n;
   } while (done < numel);
 }
