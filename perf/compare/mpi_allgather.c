@@ -8,6 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rank 0 prints the slowest rank's mean and every rank's wrong elements; ends MPI. */
+static int report(size_t bytes, double total, int iters, long wrong, int rank, int world) {
+  double mean = total / iters * 1e6, slowest = 0;
+  long all_wrong = 0;
+  MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0) printf("RESULT %zu %.3f %ld %d\n", bytes, slowest, all_wrong, world);
+  MPI_Finalize();
+  return all_wrong != 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, world;
@@ -37,17 +48,11 @@ int main(int argc, char** argv) {
       for (int r = 0; r < world; ++r) want += (float)((r + i) % 5);
       wrong += buf[i] != want;
     }
-    double mean = total / iters * 1e6, slowest = 0;
-    long all_wrong = 0;
-    MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("RESULT %zu %.3f %ld %d\n", bytes, slowest, all_wrong, world);
     free(buf);
-    MPI_Finalize();
-    return all_wrong != 0;
+    return report(bytes, total, iters, wrong, rank, world);
   }
   unsigned char* in = malloc(bytes ? bytes : 1);
-  unsigned char* out = malloc(bytes * world ? bytes * world : 1);
+  unsigned char* out = malloc(bytes ? bytes * world : 1);
   for (size_t i = 0; i < bytes; ++i) in[i] = (unsigned char)(rank * 7 + i);
   for (int i = 0; i < warmup; ++i) {
     MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
@@ -63,13 +68,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < bytes; ++i) wrong += out[r * bytes + i] != (unsigned char)(r * 7 + i);
   }
-  double mean = total / iters * 1e6, slowest = 0;
-  long all_wrong = 0;
-  MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-  if (rank == 0) printf("RESULT %zu %.3f %ld %d\n", bytes, slowest, all_wrong, world);
   free(in);
   free(out);
-  MPI_Finalize();
-  return all_wrong != 0;
+  return report(bytes, total, iters, wrong, rank, world);
 }
