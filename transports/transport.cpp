@@ -1,5 +1,7 @@
 #include "transports/transport.hpp"
 
+#include <algorithm>
+
 #include "rdmacoll/errors.hpp"
 #include "transports/ucx/ucx_transport.hpp"
 #include "transports/verbs/verbs_transport.hpp"
@@ -16,6 +18,16 @@ std::unique_ptr<Transport> create_transport(TransportKind kind,
       return create_ucx_transport();
   }
   throw InvalidArgument("unknown transport kind");
+}
+
+void Transport::wait_for_event(Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (now >= deadline || !prepare_wait()) return;
+  std::vector<pollfd> fds;
+  wait_fds(fds);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+  ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+  after_wait();
 }
 
 std::optional<std::string> verbs_unusable_reason() {

@@ -11,7 +11,14 @@
 //  - progress() drives completions; wait_for_event() blocks (not spins) until something may
 //    have happened or the deadline passes, so oversubscribed ranks yield the CPU.
 // Requests never outlive their transport: cancel() them before the memory they touch goes away.
+//
+// Implementations are single-threaded; make_serialized() wraps one so that several threads
+// (one per group running a collective) share it: every call under one lock, and one thread at
+// a time blocked in the transport's fds while the others wait for it to report progress.
 
+#include <poll.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -56,13 +63,15 @@ class RemoteRegion {
   size_t length_;
 };
 
+// State is atomic: the thread that waits for a request may not be the one whose progress()
+// completes it. length and error are written before the state is released.
 class Request {
  public:
   enum class State { Pending, Done, Failed };
   virtual ~Request() = default;
-  State state() const { return state_; }
-  bool done() const { return state_ == State::Done; }
-  bool failed() const { return state_ == State::Failed; }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  bool done() const { return state() == State::Done; }
+  bool failed() const { return state() == State::Failed; }
   const std::string& error() const { return error_; }
   int peer() const { return peer_; }
   // Bytes received (recv requests).
@@ -70,18 +79,18 @@ class Request {
 
   void complete(size_t length = 0) {
     length_ = length;
-    state_ = State::Done;
+    state_.store(State::Done, std::memory_order_release);
   }
   void fail(std::string why) {
     error_ = std::move(why);
-    state_ = State::Failed;
+    state_.store(State::Failed, std::memory_order_release);
   }
 
  protected:
   explicit Request(int peer) : peer_(peer) {}
 
  private:
-  State state_ = State::Pending;
+  std::atomic<State> state_{State::Pending};
   std::string error_;
   int peer_;
   size_t length_ = 0;
@@ -144,17 +153,26 @@ class Transport {
 
   // Drives completions; returns true if any progress was made.
   virtual bool progress() = 0;
-  // Blocks until progress may be possible or `deadline` passes.
-  virtual void wait_for_event(Clock::time_point deadline) = 0;
+  // Blocks until progress may be possible or `deadline` passes (at most 100 ms, so callers
+  // recheck peers and deadlines): prepare_wait(), a poll() of wait_fds(), after_wait().
+  virtual void wait_for_event(Clock::time_point deadline);
+  // Blocking in three parts, so that a serialized transport can poll without holding its lock:
+  // prepare_wait() arms notifications and returns false when progress() should run again
+  // first (events pending, or nothing to block on); wait_fds() appends the fds whose
+  // readiness means progress may be possible; after_wait() consumes the wake-up. Only
+  // prepare_wait() and after_wait() touch the transport's state.
+  virtual bool prepare_wait() = 0;
+  virtual void wait_fds(std::vector<pollfd>& fds) = 0;
+  virtual void after_wait() {}
 
   // Memory registrations actually made (registration-cache misses), for tests and logs.
   virtual uint64_t registrations() const { return 0; }
 
   // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
-  uint64_t doorbells_rung() const { return doorbells_; }
+  virtual uint64_t doorbells_rung() const { return doorbells_; }
 
   // Data bytes this process has written to `peer` with write() (not control messages).
-  uint64_t bytes_written_to(int peer) const {
+  virtual uint64_t bytes_written_to(int peer) const {
     return peer >= 0 && static_cast<size_t>(peer) < bytes_to_.size() ? bytes_to_[peer] : 0;
   }
 
@@ -191,6 +209,9 @@ enum class TransportKind { Auto, Ucx, Verbs };
 // ACTIVE port and RDMACOLL_IB_DEVICE does not say otherwise.
 std::unique_ptr<Transport> create_transport(TransportKind kind,
                                             const std::string& preferred_device = "");
+
+// Wraps `inner` for use by several threads at once (see the top of this file).
+std::unique_ptr<Transport> make_serialized(std::unique_ptr<Transport> inner);
 
 // Why this process cannot use the verbs transport (no ACTIVE RDMA port, ...), or nullopt.
 std::optional<std::string> verbs_unusable_reason();

@@ -448,21 +448,19 @@ class UcxTransport final : public Transport {
     return any;
   }
 
-  void wait_for_event(Clock::time_point deadline) override {
-    const auto now = Clock::now();
-    if (now >= deadline) return;
-    if (efd_ < 0) {
+  bool prepare_wait() override {
+    if (efd_ < 0) {  // no wakeup support: yield instead of blocking
       sched_yield();
-      return;
+      return false;
     }
-    const ucs_status_t s = ucp_worker_arm(worker_);
-    if (s == UCS_ERR_BUSY) return;  // events are pending: progress again
-    // Also wake when a same-host peer exits; at least every 100 ms to recheck deadlines.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    std::vector<pollfd> pfds{{efd_, POLLIN, 0}};
+    return ucp_worker_arm(worker_) != UCS_ERR_BUSY;  // busy: events are pending
+  }
+
+  // Also wake when a same-host peer exits.
+  void wait_fds(std::vector<pollfd>& fds) override {
+    fds.push_back({efd_, POLLIN, 0});
     for (int fd : liveness_.fds())
-      pfds.push_back({fd, POLLIN, 0});
-    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+      fds.push_back({fd, POLLIN, 0});
   }
 
   std::optional<std::string> peer_failure(int peer) override {

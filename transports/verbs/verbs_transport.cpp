@@ -445,22 +445,24 @@ class VerbsTransport final : public Transport {
     return any;
   }
 
-  void wait_for_event(Clock::time_point deadline) override {
-    const auto now = Clock::now();
-    if (now >= deadline) return;
-    if (!armed_) {
-      ibv_req_notify_cq(cq_, 0);
-      armed_ = true;
-      return;  // the caller progresses once more before sleeping: no lost wakeup
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    std::vector<pollfd> pfds{{channel_->fd, POLLIN, 0}, {ctx_->async_fd, POLLIN, 0}};
+  bool prepare_wait() override {
+    if (armed_) return true;
+    ibv_req_notify_cq(cq_, 0);
+    armed_ = true;
+    return false;  // the caller progresses once more before sleeping: no lost wakeup
+  }
+
+  void wait_fds(std::vector<pollfd>& fds) override {
+    fds.push_back({channel_->fd, POLLIN, 0});
+    fds.push_back({ctx_->async_fd, POLLIN, 0});
     for (int fd : liveness_.fds())
-      pfds.push_back({fd, POLLIN, 0});
-    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+      fds.push_back({fd, POLLIN, 0});
+  }
+
+  void after_wait() override {
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
-    if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {
+    if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {  // the channel fd is non-blocking
       if (++unacked_events_ >= 64) {
         ibv_ack_cq_events(cq_, unacked_events_);
         unacked_events_ = 0;
