@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rdmacoll/tensor.hpp"
+#include "rdmacoll/work.hpp"
 
 namespace rdmacoll {
 
@@ -57,13 +58,20 @@ void destroy_process_group();
 // Name of the transport in use ("ucx", "verbs").
 std::string transport_name();
 
+// Every collective runs on the calling thread and returns once this rank's part is done, or,
+// with async_op = true, is queued and returns a Work to wait on (the tensors must stay alive
+// until then, as in torch). Collectives may be called from several threads at once: on
+// different groups they run concurrently; on one group, one at a time in the order issued.
+// Every member must issue the same collectives on a group in the same order.
+
 // Gathers every member's `input` into `output` in group rank order. `output` is flat
 // (size*n, ...) or stacked (size, n, ...); the input is converted to the output's dtype.
-// Returns when this rank's output is complete.
-void all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group = {});
+Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group = {},
+                            bool async_op = false);
 
 // Gathers into a list: outputs[i] receives rank i's input.
-void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group = {});
+Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group = {},
+                bool async_op = false);
 
 // Reduction operators, as torch.distributed.ReduceOp. On bool tensors SUM and MAX are a logical
 // or, PRODUCT and MIN a logical and. AVG needs a floating-point dtype; BAND, BOR and BXOR an
@@ -74,9 +82,20 @@ std::string reduce_op_name(ReduceOp op);  // "SUM", "PRODUCT", ...
 // Reduces `tensor` across the group, in place: afterwards every member holds the elementwise
 // reduction of every member's tensor. Each rank reduces in group rank order (16-bit floats in
 // float), so every member gets bitwise the same result. Sizes, dtypes and `op` must agree.
-void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const Group& group = {});
+Work all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const Group& group = {},
+                bool async_op = false);
+
+// Reduces `input` (flat (size*n, ...) or stacked (size, n, ...)) across the group and leaves
+// piece `rank` of the result, n elements, in `output`, as torch's reduce_scatter_tensor. Input
+// and output share a dtype; `output` may be this rank's piece of `input`.
+Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum,
+                           const Group& group = {}, bool async_op = false);
+
+// Copies `tensor` of global rank `src` (a member of the group, as in torch) into every
+// member's `tensor`. Sizes and dtypes must agree.
+Work broadcast(Tensor& tensor, int src, const Group& group = {}, bool async_op = false);
 
 // Waits until every member has entered the barrier.
-void barrier(const Group& group = {});
+Work barrier(const Group& group = {}, bool async_op = false);
 
 }  // namespace rdmacoll

@@ -4,3 +4,4 @@
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/process_group.hpp"
 #include "rdmacoll/tensor.hpp"
+#include "rdmacoll/work.hpp"

@@ -39,6 +39,7 @@ struct Context {
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<engine::Engine> engine;
   std::shared_ptr<GroupState> world;
+  std::vector<std::weak_ptr<GroupState>> groups;  // new_group()'s, drained at destroy
   uint32_t next_group_id = 1;
   std::vector<topology::LocalPlacement> placements;  // every rank's, index = global rank
   uint64_t generation = 0;  // which init_process_group() of this process made it
@@ -320,7 +321,9 @@ void init_process_group(const InitOptions& options) {
   for (const auto& b : gather_from_all(*ctx, "rdmacoll/topo/")) {
     ctx->placements.push_back(topology::LocalPlacement::parse(std::string(b.begin(), b.end())));
   }
-  ctx->transport = transport::create_transport(agree_on_transport(*ctx), here.nic);
+  // Serialized: groups run on their own threads (async work, several caller threads).
+  ctx->transport =
+      transport::make_serialized(transport::create_transport(agree_on_transport(*ctx), here.nic));
   ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
                   ctx->transport->address(ctx->rank, ctx->world_size));
   ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
@@ -403,6 +406,8 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   const auto it = std::find(sorted.begin(), sorted.end(), ctx.rank);
   g->rank = it == sorted.end() ? -1 : static_cast<int>(it - sorted.begin());
   g->timeout = timeout ? *timeout : ctx.timeout;
+  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
+  ctx.groups.push_back(g);
   return Group(std::move(g));
 }
 
@@ -413,6 +418,11 @@ void destroy_process_group() {
   // connects anew from here on, so rank 0 stops accepting: a rank that re-initializes on the
   // same port must reach the next store, not this one.
   if (ctx->server) ctx->server->stop_accepting();
+  // Outstanding async work finishes (or fails) before the transport goes.
+  ctx->world->queue.drain();
+  for (const auto& w : ctx->groups) {
+    if (auto g = w.lock()) g->queue.drain();
+  }
   try {
     const int64_t n = ctx->store->add("rdmacoll/destroy", 1);
     if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", ctx->timeout);
@@ -440,8 +450,39 @@ void destroy_process_group() {
   ctx.reset();
 }
 
-void all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group) {
-  GroupState& g = resolve(group, "all_gather_into_tensor");
+bool Work::is_completed() const {
+  return !state_ || state_->completed();
+}
+
+bool Work::wait(std::optional<std::chrono::milliseconds> timeout) const {
+  if (state_) state_->wait(timeout);
+  return true;
+}
+
+std::exception_ptr Work::exception() const {
+  return state_ && state_->completed() ? state_->error() : nullptr;
+}
+
+namespace {
+
+// Runs `body` on this thread (behind the group's outstanding work), or queues what
+// `make_async` returns (a body owning copies of the tensor handles) for the group's worker.
+// The copies are made only for async work: a blocking call allocates nothing here.
+template <typename Body, typename MakeAsync>
+Work issue(GroupState& g, bool async_op, const char* what, Body&& body, MakeAsync&& make_async) {
+  if (!async_op) {
+    g.queue.run(std::forward<Body>(body), what);
+    return Work();
+  }
+  return Work(g.queue.submit(make_async(), what));
+}
+
+engine::Engine& engine_of(const char* what) {
+  return *require_context(what).engine;
+}
+
+void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output,
+                                const Tensor& input) {
   engine::AllGatherArgs a;
   a.out = output.data();
   a.out_dtype = output.dtype();
@@ -450,11 +491,11 @@ void all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& gr
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
   if (g.is_member()) check_all_gather_args(output, input, g.size(), g.rank, a.local_error);
-  require_context("all_gather_into_tensor").engine->all_gather(g, a);
+  e.all_gather(g, a);
 }
 
-void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group) {
-  GroupState& g = resolve(group, "all_gather");
+void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outputs,
+                    const Tensor& input) {
   // Gather into one contiguous buffer, then copy out: one collective whatever the list.
   std::string error;
   if (g.is_member() && static_cast<int>(outputs.size()) != g.size()) {
@@ -483,7 +524,7 @@ void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& 
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
   a.local_error = error;
-  require_context("all_gather").engine->all_gather(g, a);
+  e.all_gather(g, a);
   const size_t chunk = static_cast<size_t>(input.numel()) * element_size(dt);
   for (size_t i = 0; i < outputs.size(); ++i) {
     convert_elements(outputs[i].data(), dt, static_cast<uint8_t*>(staging.data()) + i * chunk, dt,
@@ -491,17 +532,125 @@ void all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& 
   }
 }
 
-void all_reduce(Tensor& tensor, ReduceOp op, const Group& group) {
-  GroupState& g = resolve(group, "all_reduce");
+void all_reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, ReduceOp op) {
   // A dtype the operator cannot reduce still goes to the peers, so that every rank raises.
   const std::string error = g.is_member() ? engine::reduce_unsupported(op, tensor.dtype()) : "";
-  require_context("all_reduce")
-      .engine->all_reduce(g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
+  e.all_reduce(g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
 }
 
-void barrier(const Group& group) {
+std::string check_reduce_scatter_args(const Tensor& output, const Tensor& input, ReduceOp op, int p,
+                                      int rank) {
+  std::string error = engine::reduce_unsupported(op, input.dtype());
+  if (!error.empty()) return error;
+  if (output.dtype() != input.dtype()) {
+    return "output dtype " + dtype_name(output.dtype()) + " differs from input dtype " +
+           dtype_name(input.dtype()) + "; reduce_scatter_tensor needs one dtype";
+  }
+  if ((output.data() == nullptr && output.numel() > 0) ||
+      (input.data() == nullptr && input.numel() > 0)) {
+    return "a tensor has no storage";
+  }
+  if (input.numel() != static_cast<int64_t>(p) * output.numel()) {
+    return "input has " + std::to_string(input.numel()) + " elements " +
+           shape_string(input.sizes()) + ", expected group size " + std::to_string(p) +
+           " x output's " + std::to_string(output.numel()) + " elements " +
+           shape_string(output.sizes()) + " = " + std::to_string(p * output.numel());
+  }
+  // The input is shaped as the all-gather of the output (flat or stacked), and the output
+  // may be this rank's piece of it: the all-gather's checks with the roles swapped.
+  check_all_gather_args(input, output, p, rank, error);
+  if (!error.empty()) {
+    return "input " + shape_string(input.sizes()) + " must be the flat or stacked " +
+           std::to_string(p) + "-rank gather of output " + shape_string(output.sizes()) + ": " +
+           error;
+  }
+  return "";
+}
+
+void reduce_scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const Tensor& input,
+                        ReduceOp op) {
+  const std::string error =
+      g.is_member() ? check_reduce_scatter_args(output, input, op, g.size(), g.rank) : "";
+  e.reduce_scatter(g, output.data(), input.data(), output.dtype(), output.numel(), op, error);
+}
+
+void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
+  std::string error;
+  int root = 0;
+  if (g.is_member()) {
+    const auto it = std::find(g.members.begin(), g.members.end(), src);
+    if (it == g.members.end()) {
+      error = "src " + std::to_string(src) + " is not a member of " + g.describe() +
+              "; src is a global rank, as in torch";
+    } else {
+      root = static_cast<int>(it - g.members.begin());
+    }
+    if (tensor.data() == nullptr && tensor.numel() > 0) error = "tensor has no storage";
+  }
+  e.broadcast(g, tensor.data(), tensor.dtype(), tensor.numel(), root, error);
+}
+
+}  // namespace
+
+Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group,
+                            bool async_op) {
+  constexpr const char* what = "all_gather_into_tensor";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(what);
+  return issue(
+      g, async_op, what, [&] { all_gather_into_tensor_now(e, g, output, input); },
+      [&] {
+        return
+            [&e, &g, output, input]() mutable { all_gather_into_tensor_now(e, g, output, input); };
+      });
+}
+
+Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group,
+                bool async_op) {
+  constexpr const char* what = "all_gather";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(what);
+  return issue(
+      g, async_op, what, [&] { all_gather_now(e, g, outputs, input); },
+      [&] { return [&e, &g, outputs, input]() mutable { all_gather_now(e, g, outputs, input); }; });
+}
+
+Work all_reduce(Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
+  constexpr const char* what = "all_reduce";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(what);
+  return issue(
+      g, async_op, what, [&] { all_reduce_now(e, g, tensor, op); },
+      [&] { return [&e, &g, tensor, op]() mutable { all_reduce_now(e, g, tensor, op); }; });
+}
+
+Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op, const Group& group,
+                           bool async_op) {
+  constexpr const char* what = "reduce_scatter_tensor";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(what);
+  return issue(
+      g, async_op, what, [&] { reduce_scatter_now(e, g, output, input, op); },
+      [&] {
+        return
+            [&e, &g, output, input, op]() mutable { reduce_scatter_now(e, g, output, input, op); };
+      });
+}
+
+Work broadcast(Tensor& tensor, int src, const Group& group, bool async_op) {
+  constexpr const char* what = "broadcast";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(what);
+  return issue(
+      g, async_op, what, [&] { broadcast_now(e, g, tensor, src); },
+      [&] { return [&e, &g, tensor, src]() mutable { broadcast_now(e, g, tensor, src); }; });
+}
+
+Work barrier(const Group& group, bool async_op) {
   GroupState& g = resolve(group, "barrier");
-  require_context("barrier").engine->barrier(g);
+  engine::Engine& e = engine_of("barrier");
+  auto body = [&e, &g] { e.barrier(g); };
+  return issue(g, async_op, "barrier", body, [&] { return body; });
 }
 
 }  // namespace rdmacoll

@@ -1,5 +1,5 @@
-// all_reduce: a direct reduce-scatter plus an in-place all-gather for tensors past the eager
-// limit, one gather-and-fold round below it.
+// all_reduce: a direct reduce-scatter (reduce_scatter.cpp) plus an in-place all-gather for
+// tensors past the eager limit, one gather-and-fold round below it.
 
 #include <algorithm>
 #include <cstring>
@@ -10,10 +10,6 @@
 
 namespace rdmacoll::engine {
 
-namespace {
-
-// One gather of an all_reduce: our n elements at `in` into p x n at `out`, with the whole
-// length and the operator in the descriptors.
 AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
                          int64_t total_numel, const std::string& local_error) {
   AllGatherArgs a;
@@ -28,91 +24,6 @@ AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t 
   a.reduce_op = op;
   a.total_numel = static_cast<uint64_t>(total_numel);
   return a;
-}
-
-}  // namespace
-
-// Phase one of a large all_reduce (a direct reduce-scatter): rank r sends piece j (m elements
-// of data) straight to rank j's scratch, at slot r; rank j then folds the p copies of its piece
-// in rank order into its own piece of data. Descriptors go first, as for every call, so sizes,
-// dtypes, the operator and local errors are checked on every rank before anything is written.
-void Engine::reduce_scatter_direct(GroupState& g, uint8_t* data, DType dtype, int64_t m,
-                                   ReduceOp op, uint64_t total_numel,
-                                   const std::string& local_error) {
-  check_usable(g, "all_reduce");
-  Call call(transport_, g, "all_reduce", spin_);
-  const int p = g.size();
-  const size_t piece = static_cast<size_t>(m) * element_size(dtype);
-  auto& scratch = g.scratch.reduce;
-  if (scratch.size() < p * piece) scratch.resize(p * piece);
-  uint8_t* const slots = scratch.data();
-  std::shared_ptr<transport::MemoryRegion> region;
-  std::shared_ptr<transport::MemoryRegion> source;  // transports that read registered memory only
-  transport::Bytes key;
-  CallDescriptor mine;
-  mine.seq = call.seq();
-  mine.group = g.id;
-  mine.rank = g.rank;
-  mine.op = CollectiveOp::AllReduce;
-  mine.reduce_op = static_cast<uint8_t>(op);
-  mine.total_numel = total_numel;
-  mine.ok = local_error.empty();
-  mine.error = local_error;
-  mine.in_dtype = mine.out_dtype = static_cast<uint8_t>(dtype);
-  mine.in_numel = static_cast<uint64_t>(m);
-  mine.out_numel = static_cast<uint64_t>(p) * m;
-  if (mine.ok) {
-    region = transport_.register_memory(slots, p * piece);
-    if (transport_.needs_registered_source()) source = transport_.register_memory(data, p * piece);
-    mine.out_addr = reinterpret_cast<uint64_t>(slots);
-    mine.out_bytes = p * piece;
-    key = region->packed_key();
-    mine.key = key;
-  }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
-  check_descriptors(call, all);
-  const SourceView input(data, p * piece);
-  const transport::MemoryRegion& src =
-      source ? *source : static_cast<const transport::MemoryRegion&>(input);
-  for (int j = 0; j < p; ++j) {
-    if (j == g.rank) continue;
-    const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(j));
-    call.recvs().push_back({call.guarded([&] {
-                              return transport_.expect(call.global(j), *region, j * piece, piece,
-                                                       tag);
-                            }),
-                            j, Pending::Kind::Arrival, j, 1});
-  }
-  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-  const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(g.rank));
-  for (int i = 1; i < p; ++i) {
-    const int j = (g.rank + i) % p;
-    const CallDescriptor& dst = all[j];
-    const size_t offset = static_cast<size_t>(g.rank) * piece;
-    if (offset + piece > dst.out_bytes) {  // never write outside what the peer advertised
-      throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
-                           ", " + std::to_string(offset + piece) + ") into rank " +
-                           std::to_string(call.global(j)) + "'s scratch of " +
-                           std::to_string(dst.out_bytes) + " bytes");
-    }
-    remotes[j] = call.guarded([&] {
-      return transport_.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-    });
-    call.sends().push_back({call.guarded([&] {
-                              return transport_.write(src, j * piece, *remotes[j], offset, piece,
-                                                      tag);
-                            }),
-                            j, Pending::Kind::Write, g.rank, 1});
-  }
-  call.wait(call.recvs(), 0, call.recvs().size());
-  call.wait(call.sends(), 0, call.sends().size());
-  // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
-  auto& chunks = g.scratch.reduce_chunks;
-  chunks.resize(p);
-  for (int r = 0; r < p; ++r)
-    chunks[r] = r == g.rank ? data + r * piece : slots + r * piece;
-  reduce_chunks(data + g.rank * piece, chunks.data(), dtype, op, p, static_cast<size_t>(m));
 }
 
 // all_reduce. Tensors above the eager limit run as a direct reduce-scatter then an in-place
@@ -138,7 +49,8 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;
-      reduce_scatter_direct(g, base, dtype, m, op, static_cast<uint64_t>(numel), local_error);
+      reduce_scatter_direct(g, {CollectiveOp::AllReduce, base, m * es, base + g.rank * m * es,
+                                dtype, m, op, static_cast<uint64_t>(numel), local_error});
       // In place: our reduced piece is our own slot of the output.
       all_gather(g, round_args(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m, op,
                                numel, ""));

@@ -15,6 +15,24 @@ void check_usable(const GroupState& g, const char* op) {
   }
 }
 
+CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllGatherArgs& a) {
+  CallDescriptor d;
+  d.seq = call.seq();
+  d.group = g.id;
+  d.rank = g.rank;
+  d.op = a.op;
+  d.reduce_op = static_cast<uint8_t>(a.reduce_op);
+  d.total_numel = a.total_numel;
+  d.root = a.root;
+  d.ok = a.local_error.empty();
+  d.error = a.local_error;
+  d.in_dtype = static_cast<uint8_t>(a.in_dtype);
+  d.out_dtype = static_cast<uint8_t>(a.out_dtype);
+  d.in_numel = static_cast<uint64_t>(a.in_numel);
+  d.out_numel = static_cast<uint64_t>(a.out_numel);
+  return d;
+}
+
 namespace {
 
 std::string describe_args(const CallDescriptor& d) {
@@ -118,10 +136,16 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
-    // The transport owns the copy of a control message until it is sent; nothing to track.
-    call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
+    // The transport owns the copy of a control message until it is sent, but only its
+    // progress sends it: a send still queued (a large inline descriptor over TCP) when this
+    // rank leaves the library, to compute or to destroy_process_group, would stall the peer.
+    RequestPtr req =
+        call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
+    if (!req->done()) call.sends().push_back({std::move(req), peer, Pending::Kind::Descriptor});
   }
   call.wait(call.recvs(), 0, call.recvs().size());
+  call.wait(call.sends(), 0, call.sends().size());
+  call.sends().clear();
   s.incoming.resize(p);
   s.incoming_lengths.resize(p);
   for (const Pending& pr : call.recvs()) {
@@ -171,6 +195,12 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
           std::to_string(ref.total_numel) + " elements, rank " + std::to_string(call.global(r)) +
           " " + std::to_string(d.total_numel) + "; every rank must pass the same sizes and dtypes");
     }
+    if (d.root != ref.root) {
+      throw InvalidArgument(call.where() + ": ranks disagree on the broadcast source: rank " +
+                            std::to_string(call.global(0)) + " names group rank " +
+                            std::to_string(ref.root) + ", rank " + std::to_string(call.global(r)) +
+                            " group rank " + std::to_string(d.root));
+    }
     if (d.reduce_op != ref.reduce_op) {
       throw InvalidArgument(call.where() + ": ranks disagree on the reduce op: rank " +
                             std::to_string(call.global(0)) + " " +
@@ -181,7 +211,8 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
   }
   // Same sizes but not the same path: the eager limit differs between ranks (it can only be
   // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
-  for (size_t r = 1; r < all.size(); ++r) {
+  // (A broadcast's inline round carries the root's data only; its paths are checked there.)
+  for (size_t r = 1; ref.op != CollectiveOp::Broadcast && r < all.size(); ++r) {
     if (all[r].inline_data.empty() != ref.inline_data.empty()) {
       const size_t inl = ref.inline_data.empty() ? r : 0;
       throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +

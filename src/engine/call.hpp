@@ -200,6 +200,10 @@ class SourceView final : public transport::MemoryRegion {
   transport::Bytes packed_key() const override { return {}; }
 };
 
+// Our descriptor for `call` from the collective's arguments: sizes, dtypes, operator, root and
+// local error (no addresses or inline data yet).
+CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllGatherArgs& a);
+
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);
 

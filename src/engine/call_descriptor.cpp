@@ -35,6 +35,8 @@ struct Fixed {
   uint8_t reserved[2];
   uint32_t slot_capacity;
   uint64_t total_numel;
+  int32_t root;
+  uint32_t reserved2;
 };
 
 static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
@@ -49,6 +51,10 @@ const char* collective_name(CollectiveOp op) {
       return "barrier";
     case CollectiveOp::AllReduce:
       return "all_reduce";
+    case CollectiveOp::ReduceScatter:
+      return "reduce_scatter_tensor";
+    case CollectiveOp::Broadcast:
+      return "broadcast";
   }
   return "a collective";
 }
@@ -97,7 +103,9 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 reduce_op,
                 {},
                 slot_capacity,
-                total_numel};
+                total_numel,
+                root,
+                0};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -161,6 +169,7 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.slot_capacity = f.slot_capacity;
   d.reduce_op = f.reduce_op;
   d.total_numel = f.total_numel;
+  d.root = f.root;
   d.inline_data = {p, f.inline_len};
   return d;
 }

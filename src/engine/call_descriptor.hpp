@@ -18,7 +18,13 @@
 
 namespace rdmacoll::engine {
 
-enum class CollectiveOp : uint8_t { AllGather = 1, Barrier = 2, AllReduce = 3 };
+enum class CollectiveOp : uint8_t {
+  AllGather = 1,
+  Barrier = 2,
+  AllReduce = 3,
+  ReduceScatter = 4,
+  Broadcast = 5
+};
 const char* collective_name(CollectiveOp op);  // "all_gather_into_tensor", "barrier", ...
 
 struct CallDescriptor {
@@ -37,6 +43,7 @@ struct CallDescriptor {
   // with every segment, so a disagreement raises before the first segment is reduced.
   uint64_t total_numel = 0;
   uint8_t reduce_op = 0;
+  int32_t root = 0;  // broadcast: the source's group rank
   // Views: into the parsed buffer, or (for our own descriptor) into memory the caller keeps
   // alive until serialize_into() returns.
   std::span<const uint8_t> key;

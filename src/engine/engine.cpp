@@ -92,19 +92,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
 
   std::shared_ptr<transport::MemoryRegion> region;
   transport::Bytes key;
-  CallDescriptor mine;
-  mine.seq = call.seq();
-  mine.group = g.id;
-  mine.rank = g.rank;
-  mine.op = a.op;
-  mine.reduce_op = static_cast<uint8_t>(a.reduce_op);
-  mine.total_numel = a.total_numel;
-  mine.ok = a.local_error.empty();
-  mine.error = a.local_error;
-  mine.in_dtype = static_cast<uint8_t>(a.in_dtype);
-  mine.out_dtype = static_cast<uint8_t>(a.out_dtype);
-  mine.in_numel = static_cast<uint64_t>(a.in_numel);
-  mine.out_numel = static_cast<uint64_t>(a.out_numel);
+  CallDescriptor mine = make_descriptor(g, call, a);
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
   // round, no registration, no data phase. Every rank decides alike (same chunk size, same
   // limit); a rank whose sizes differ is caught by check_descriptors either way.

@@ -29,6 +29,7 @@ struct AllGatherArgs {
   CollectiveOp op = CollectiveOp::AllGather;
   ReduceOp reduce_op = ReduceOp::Sum;
   uint64_t total_numel = 0;
+  int root = 0;  // broadcast
 };
 
 // How a wait polls before it blocks in the transport: a wake-up from poll() costs tens of us,
@@ -47,15 +48,41 @@ class Engine {
   // In place over data[0, numel); `local_error` as for all_gather.
   void all_reduce(GroupState& group, void* data, DType dtype, int64_t numel, ReduceOp op,
                   const std::string& local_error);
+  // reduce_scatter_tensor: `in` holds p x n elements, `out` receives the reduction of every
+  // member's piece `rank` (n elements); in and out share `dtype`.
+  void reduce_scatter(GroupState& group, void* out, const void* in, DType dtype, int64_t n,
+                      ReduceOp op, const std::string& local_error);
+  // In place over data[0, numel), from group rank `root`.
+  void broadcast(GroupState& group, void* data, DType dtype, int64_t numel, int root,
+                 const std::string& local_error);
   void barrier(GroupState& group);
 
  private:
-  void reduce_scatter_direct(GroupState& group, uint8_t* data, DType dtype, int64_t m, ReduceOp op,
-                             uint64_t total_numel, const std::string& local_error);
+  // One round of a direct reduce-scatter: piece j is m elements at in + j * stride bytes.
+  struct ReduceScatterRound {
+    CollectiveOp collective;  // what the descriptors say: AllReduce or ReduceScatter
+    const uint8_t* in;
+    size_t stride;
+    uint8_t* out;  // m elements; may be our own piece of `in`
+    DType dtype;
+    int64_t m;
+    ReduceOp op;
+    uint64_t total_numel;  // the whole call's length, checked across ranks
+    const std::string& local_error;
+  };
+  void reduce_scatter_direct(GroupState& group, const ReduceScatterRound& round);
+  void broadcast_tree(GroupState& group, uint8_t* data, size_t bytes, const AllGatherArgs& args,
+                      int root);
+  void broadcast_scatter(GroupState& group, uint8_t* data, const AllGatherArgs& args, int root);
 
   transport::Transport& transport_;
   SpinPolicy spin_;
 };
+
+// The arguments of one gather round of a reduction (all_reduce, reduce_scatter): our n elements
+// at `in` into p x n at `out`, with the whole length and the operator in the descriptors.
+AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
+                         int64_t total_numel, const std::string& local_error);
 
 // RDMACOLL_ALGO (auto|rd|bruck|ring|direct) resolved for a group of p ranks.
 schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);

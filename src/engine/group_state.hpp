@@ -12,13 +12,14 @@
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
+#include "engine/work_queue.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll {
 
 // Buffers every call of a group reuses, so that a small collective allocates nothing. Calls of
-// one group never overlap (each returns before the next starts, and a failed call leaves the
-// group unusable), so one set per group is enough.
+// one group never overlap (its GroupQueue runs them one at a time, and a failed call leaves
+// the group unusable), so one set per group is enough.
 struct CallScratch {
   std::vector<std::vector<uint8_t>> receive;  // descriptor buffers, one per member
   size_t receive_capacity = 0;
@@ -47,6 +48,7 @@ class GroupState {
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   CallScratch scratch;
+  engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes
 
   int size() const { return static_cast<int>(members.size()); }
   bool is_member() const { return rank >= 0; }

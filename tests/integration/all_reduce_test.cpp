@@ -9,65 +9,15 @@
 #include <string>
 
 #include "gather_check.hpp"
+#include "reduce_check.hpp"
 
 namespace rdmacoll {
 namespace {
 
+using namespace testing::reduction;
 using testing::expect_all_ok;
 using testing::expect_throw_with;
 using testing::run_ranks;
-
-// Small positive values, so that products of up to 4 ranks stay exact in every dtype
-// (int8: at most 4^4 = 256 would not; values are 1..3, so 3^4 = 81).
-double value(int rank, int64_t i, int iter, DType dt) {
-  if (dt == DType::Bool) return (rank + i + iter) % 2;
-  return static_cast<double>((rank * 7 + i * 3 + iter) % 3 + 1);
-}
-
-double expected(int world, int64_t i, int iter, DType dt, ReduceOp op) {
-  if (dt == DType::Bool) {
-    bool any = false, all = true, x = false;
-    for (int r = 0; r < world; ++r) {
-      const bool v = value(r, i, iter, dt) != 0;
-      any = any || v;
-      all = all && v;
-      x = x != v;
-    }
-    if (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::BOr) return any;
-    if (op == ReduceOp::BXor) return x;
-    return all;
-  }
-  double acc = value(0, i, iter, dt);
-  auto bits = [](double d) { return static_cast<int64_t>(d); };
-  for (int r = 1; r < world; ++r) {
-    const double v = value(r, i, iter, dt);
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        acc += v;
-        break;
-      case ReduceOp::Product:
-        acc *= v;
-        break;
-      case ReduceOp::Min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::Max:
-        acc = std::max(acc, v);
-        break;
-      case ReduceOp::BAnd:
-        acc = static_cast<double>(bits(acc) & bits(v));
-        break;
-      case ReduceOp::BOr:
-        acc = static_cast<double>(bits(acc) | bits(v));
-        break;
-      case ReduceOp::BXor:
-        acc = static_cast<double>(bits(acc) ^ bits(v));
-        break;
-    }
-  }
-  return op == ReduceOp::Avg ? acc / world : acc;
-}
 
 void reduce_and_check(const Group& group, int64_t n, DType dt, ReduceOp op, int iter) {
   const int world = group.is_default() ? get_world_size() : group.size();
@@ -86,16 +36,6 @@ void reduce_and_check(const Group& group, int64_t n, DType dt, ReduceOp op, int 
                        << " element " << i << ": got " << got << ", want " << want);
   }
 }
-
-// What torch allows: AVG on floating point only, bitwise operators on integers and bool only.
-bool supported(ReduceOp op, DType dt) {
-  const bool bitwise = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
-  if (op == ReduceOp::Avg) return is_floating_point(dt);
-  return !(bitwise && is_floating_point(dt));
-}
-
-constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max,
-                             ReduceOp::Avg, ReduceOp::BAnd,    ReduceOp::BOr, ReduceOp::BXor};
 
 TEST(AllReduce, EveryDtypeAndOperatorOnThreeRanks) {
   expect_all_ok(run_ranks(3, [](int, int) {

@@ -1,0 +1,34 @@
+#pragma once
+// The handle of a collective issued with async_op = true, as torch.distributed's Work: the
+// caller's thread is free until it waits. Operations on one group complete in issue order.
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+
+namespace rdmacoll {
+
+namespace engine {
+class WorkState;  // internal
+}
+
+class Work {
+ public:
+  // A completed work: what a blocking call returns.
+  Work() = default;
+  explicit Work(std::shared_ptr<engine::WorkState> state) : state_(std::move(state)) {}
+
+  bool is_completed() const;
+  // Waits until the collective has finished and rethrows its error (InvalidArgument, Timeout,
+  // PeerFailure, ...). With a timeout, throws Timeout if it has not finished by then; it keeps
+  // running, bounded by the group's own timeout. Returns true, as torch's Work::wait does.
+  bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+  // The collective's error once it has completed with one, else null.
+  std::exception_ptr exception() const;
+
+ private:
+  std::shared_ptr<engine::WorkState> state_;
+};
+
+}  // namespace rdmacoll

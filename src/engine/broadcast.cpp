@@ -1,0 +1,199 @@
+// broadcast by one-sided writes: inline in the root's call descriptor up to the eager limit
+// (one round; through the eager slots on one host), a binomial tree of whole-tensor writes up
+// to kTreeMaxBytes, and beyond that a scatter of p pieces from the root followed by an in-place
+// all-gather of the pieces, so the root sends the tensor about once instead of log p times.
+
+#include <cstring>
+
+#include "engine/call.hpp"
+#include "engine/engine.hpp"
+#include "schedule/binomial_tree.hpp"
+
+namespace rdmacoll::engine {
+
+namespace {
+
+constexpr size_t kTreeMaxBytes = 256u << 10;
+
+// Every rank sees the same descriptors: a rank whose eager limit (RDMACOLL_EAGER_LIMIT) put it
+// on another path than ours is named on every rank, before anything is written.
+void check_same_path(const Call& call, const std::vector<CallDescriptor>& all, bool inline_path) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if ((all[r].out_bytes == 0) != inline_path) {
+      throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +
+                            std::to_string(call.global(static_cast<int>(r))) + " chose " +
+                            (inline_path ? "the data path" : "the inline path") +
+                            " for the same tensor; every rank must see the same "
+                            "RDMACOLL_EAGER_LIMIT");
+    }
+  }
+}
+
+}  // namespace
+
+void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, int root,
+                       const std::string& local_error) {
+  check_usable(g, "broadcast");
+  const int p = g.size();
+  const size_t bytes = static_cast<size_t>(numel) * element_size(dtype);
+  AllGatherArgs a;
+  a.op = CollectiveOp::Broadcast;
+  a.out = data;
+  a.in = data;
+  a.in_dtype = a.out_dtype = dtype;
+  a.in_numel = a.out_numel = numel;
+  a.total_numel = static_cast<uint64_t>(numel);
+  a.root = root;
+  a.local_error = local_error;
+  auto* bytes_at = static_cast<uint8_t*>(data);
+  if (p > 1 && bytes > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
+    if (bytes > kTreeMaxBytes && numel >= p) return broadcast_scatter(g, bytes_at, a, root);
+    return broadcast_tree(g, bytes_at, bytes, a, root);
+  }
+  Call call(transport_, g, "broadcast", spin_);
+  if (p == 1) {
+    if (!local_error.empty()) throw InvalidArgument(call.where() + ": " + local_error);
+    return;
+  }
+  CallDescriptor mine = make_descriptor(g, call, a);
+  if (mine.ok && g.rank == root) mine.inline_data = {bytes_at, bytes};
+  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
+  check_descriptors(call, all);
+  check_same_path(call, all, true);
+  if (g.rank == root || bytes == 0) return;
+  if (all[root].inline_data.size() != bytes) {
+    throw TransportError(call.where() + ": the source, rank " + std::to_string(call.global(root)) +
+                         ", sent " + std::to_string(all[root].inline_data.size()) +
+                         " inline bytes, expected " + std::to_string(bytes));
+  }
+  std::memcpy(bytes_at, all[root].inline_data.data(), bytes);
+}
+
+// Each rank registers its tensor; the root writes it whole to its children, and every rank
+// forwards it to its own children once it has landed.
+void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const AllGatherArgs& a,
+                            int root) {
+  Call call(transport_, g, "broadcast", spin_);
+  const int p = g.size();
+  std::shared_ptr<transport::MemoryRegion> region;
+  transport::Bytes key;
+  CallDescriptor mine = make_descriptor(g, call, a);
+  if (mine.ok) {
+    region = transport_.register_memory(data, bytes);
+    mine.out_addr = reinterpret_cast<uint64_t>(data);
+    mine.out_bytes = bytes;
+    key = region->packed_key();
+    mine.key = key;
+  }
+  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+  check_descriptors(call, all);
+  check_same_path(call, all, false);
+  const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
+  const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), 0);
+  if (node.parent >= 0) {
+    call.recvs().push_back({call.guarded([&] {
+                              return transport_.expect(call.global(node.parent), *region, 0, bytes,
+                                                       tag);
+                            }),
+                            node.parent, Pending::Kind::Arrival, 0, 1});
+    call.wait(call.recvs(), 0, 1);
+  }
+  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;
+  for (int child : node.children) {
+    const CallDescriptor& dst = all[child];
+    if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
+      throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
+                           " bytes into rank " + std::to_string(call.global(child)) +
+                           "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
+    }
+    remotes.push_back(call.guarded([&] {
+      return transport_.unpack_remote(call.global(child), dst.out_addr, dst.out_bytes, dst.key);
+    }));
+    call.sends().push_back(
+        {call.guarded([&] { return transport_.write(*region, 0, *remotes.back(), 0, bytes, tag); }),
+         child, Pending::Kind::Write, 0, 1});
+  }
+  call.wait(call.sends(), 0, call.sends().size());
+}
+
+// The root writes piece j (m elements) into rank j's tensor at its final offset, and the tail
+// (numel mod p elements) to every rank; then every rank's piece is its slot of an in-place
+// all-gather over the first p x m elements.
+void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs& a, int root) {
+  const int p = g.size();
+  const size_t es = element_size(a.out_dtype);
+  const int64_t m = a.out_numel / p;
+  const size_t piece = static_cast<size_t>(m) * es;
+  const size_t bytes = static_cast<size_t>(a.out_numel) * es;
+  const size_t tail = bytes - p * piece;
+  {
+    Call call(transport_, g, "broadcast", spin_);
+    std::shared_ptr<transport::MemoryRegion> region;
+    transport::Bytes key;
+    CallDescriptor mine = make_descriptor(g, call, a);
+    if (mine.ok) {
+      region = transport_.register_memory(data, bytes);
+      mine.out_addr = reinterpret_cast<uint64_t>(data);
+      mine.out_bytes = bytes;
+      key = region->packed_key();
+      mine.key = key;
+    }
+    const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+    check_descriptors(call, all);
+    check_same_path(call, all, false);
+    const uint64_t piece_tag = make_tag(TagKind::Data, g.id, call.seq(), 0);
+    const uint64_t tail_tag = make_tag(TagKind::Data, g.id, call.seq(), 1);
+    if (g.rank != root) {
+      call.recvs().push_back({call.guarded([&] {
+                                return transport_.expect(call.global(root), *region, g.rank * piece,
+                                                         piece, piece_tag);
+                              }),
+                              root, Pending::Kind::Arrival, g.rank, 1});
+      if (tail > 0) {
+        call.recvs().push_back({call.guarded([&] {
+                                  return transport_.expect(call.global(root), *region, p * piece,
+                                                           tail, tail_tag);
+                                }),
+                                root, Pending::Kind::Arrival, p, 1});
+      }
+      call.wait(call.recvs(), 0, call.recvs().size());
+    } else {
+      std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+      for (int i = 1; i < p; ++i) {
+        const int j = (root + i) % p;
+        const CallDescriptor& dst = all[j];
+        if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
+          throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
+                               " bytes into rank " + std::to_string(call.global(j)) +
+                               "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
+        }
+        remotes[j] = call.guarded([&] {
+          return transport_.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
+        });
+        call.sends().push_back({call.guarded([&] {
+                                  return transport_.write(*region, j * piece, *remotes[j],
+                                                          j * piece, piece, piece_tag);
+                                }),
+                                j, Pending::Kind::Write, j, 1});
+        if (tail > 0) {
+          call.sends().push_back({call.guarded([&] {
+                                    return transport_.write(*region, p * piece, *remotes[j],
+                                                            p * piece, tail, tail_tag);
+                                  }),
+                                  j, Pending::Kind::Write, p, 1});
+        }
+      }
+      call.wait(call.sends(), 0, call.sends().size());
+    }
+  }
+  AllGatherArgs gather = a;
+  gather.out_numel = static_cast<int64_t>(p) * m;
+  gather.in = data + g.rank * piece;
+  gather.in_numel = m;
+  all_gather(g, gather);
+}
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,209 @@
+// reduce_scatter_tensor and broadcast across real processes over the UCX transport (shared
+// memory, and again with UCX_TLS=tcp). Every test checks every element of every rank's output.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+
+#include "gather_check.hpp"
+#include "reduce_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using namespace testing::reduction;
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::run_ranks;
+
+int group_size(const Group& g) {
+  return g.is_default() ? get_world_size() : g.size();
+}
+int group_rank(const Group& g) {
+  return g.is_default() ? get_rank() : g.rank();
+}
+
+void check_reduced(const Tensor& out, int p, int me, int iter, DType dt, ReduceOp op,
+                   const std::string& what) {
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = expected(p, me * n + i, iter, dt, op);
+    const double got = out.item(i);
+    // AVG of 16-bit floats is rounded to the format; the rest is exact.
+    const double tol = op == ReduceOp::Avg ? std::abs(want) * 1e-2 : 0;
+    RANK_CHECK(std::abs(got - want) <= tol, what << ": rank " << me << " of " << p << " "
+                                                 << dtype_name(dt) << " " << reduce_op_name(op)
+                                                 << " n " << n << " element " << i << ": got "
+                                                 << got << ", want " << want);
+  }
+}
+
+// One checked reduce_scatter_tensor of n elements per rank: flat or stacked input, or in place
+// (the output is this rank's piece of the input, as FSDP passes it).
+enum class Layout { Flat, Stacked, InPlace };
+void reduce_scatter_and_check(const Group& g, int64_t n, DType dt, ReduceOp op, int iter,
+                              Layout layout) {
+  const int p = group_size(g), me = group_rank(g);
+  Tensor in = layout == Layout::Stacked ? zeros({p, n}, dt) : zeros({p * n}, dt);
+  for (int64_t i = 0; i < p * n; ++i)
+    in.set(i, value(me, i, iter, dt));
+  Tensor out;
+  if (layout == Layout::InPlace) {
+    out = Tensor::view(static_cast<uint8_t*>(in.data()) + me * n * element_size(dt), dt, {n});
+  } else {
+    out = zeros({n}, dt);
+    for (int64_t i = 0; i < n; ++i)
+      out.set(i, dt == DType::Bool ? 1 : 99);  // never an expected value of a correct write
+  }
+  reduce_scatter_tensor(out, in, op, g);
+  check_reduced(out, p, me, iter, dt, op, "reduce_scatter_tensor");
+}
+
+TEST(ReduceScatter, EveryDtypeAndOperatorOnThreeRanks) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    int iter = 0;
+    for (DType dt : kAllDTypes) {
+      for (ReduceOp op : kOps) {
+        if (!supported(op, dt)) continue;
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{12000}}) {
+          reduce_scatter_and_check({}, n, dt, op, iter, static_cast<Layout>(iter % 3));
+          ++iter;
+        }
+      }
+    }
+  }));
+}
+
+// Group sizes 1..8 (every subgroup {0..k-1} of an 8-rank world), small (one gather round) and
+// past the eager limit (direct rounds).
+TEST(ReduceScatter, GroupSizesOneToEight) {
+  expect_all_ok(run_ranks(8, [](int rank, int) {
+    for (int k = 1; k <= 8; ++k) {
+      std::vector<int> ranks(k);
+      std::iota(ranks.begin(), ranks.end(), 0);
+      Group g = new_group(ranks);
+      if (rank >= k) continue;
+      reduce_scatter_and_check(g, 3, DType::Float32, ReduceOp::Sum, k, Layout::Flat);
+      reduce_scatter_and_check(g, 5000, DType::Int32, ReduceOp::Max, k, Layout::Stacked);
+      reduce_scatter_and_check(g, 5000, DType::Int64, ReduceOp::Sum, k + 1, Layout::InPlace);
+    }
+  }));
+}
+
+TEST(ReduceScatter, SixteenMiBInRoundsAndSubgroups) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    // 16 MiB of float32 input on 2 ranks: 8 MiB out each, two 4 MiB rounds.
+    Group pair = new_group({1, 3});
+    Group three = new_group({0, 1, 2});
+    if (rank == 1 || rank == 3) {
+      reduce_scatter_and_check(pair, (8 << 20) / 4, DType::Float32, ReduceOp::Sum, 0, Layout::Flat);
+      reduce_scatter_and_check(pair, (8 << 20) / 4, DType::Float32, ReduceOp::Min, 1,
+                               Layout::InPlace);
+    }
+    if (rank < 3) {
+      reduce_scatter_and_check(three, 300001, DType::BFloat16, ReduceOp::Avg, 2, Layout::Stacked);
+    }
+    reduce_scatter_and_check({}, 1 << 10, DType::Float64, ReduceOp::Product, 3, Layout::Flat);
+  }));
+}
+
+TEST(ReduceScatterErrors, BadInputRaisesOnEveryRankAndWritesNothing) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    auto rejected = [&](Tensor& out, const Tensor& in, ReduceOp op, const std::string& needle) {
+      for (int64_t i = 0; i < out.numel(); ++i)
+        out.set(i, 7);
+      expect_throw_with<InvalidArgument>([&] { reduce_scatter_tensor(out, in, op); }, needle);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        RANK_CHECK(out.item(i) == 7, "element " << i << " changed");
+    };
+    Tensor in = zeros({12}), out = zeros({4});
+    Tensor out5 = zeros({5});
+    rejected(rank == 1 ? out5 : out, in, ReduceOp::Sum,
+             rank == 1 ? "input has 12 elements (12,), expected group size 3 x output's 5"
+                       : "rank 1 rejected its arguments");
+    Tensor ints = zeros({12}, DType::Int32), iout = zeros({4}, DType::Int32);
+    rejected(iout, ints, ReduceOp::Avg, "AVG needs a floating-point dtype");
+    Tensor dout = zeros({4}, DType::Float64);
+    rejected(rank == 0 ? dout : out, in, ReduceOp::Sum,
+             rank == 0 ? "needs one dtype" : "rank 0 rejected its arguments");
+    Tensor in15 = zeros({15}), out5b = zeros({5});
+    rejected(rank == 2 ? out5b : out, rank == 2 ? in15 : in, ReduceOp::Sum, "disagree");
+    rejected(out, in, rank == 0 ? ReduceOp::Max : ReduceOp::Sum, "disagree on the reduce op");
+    // Still usable afterwards.
+    reduce_scatter_and_check({}, 4, DType::Float32, ReduceOp::Sum, 0, Layout::Flat);
+  }));
+}
+
+// A broadcast of n elements from global rank `src`; the other ranks' tensors start with values
+// a correct broadcast never leaves.
+void broadcast_and_check(const Group& g, int src, int64_t n, DType dt, int iter) {
+  const int me_global = get_rank();
+  Tensor t = zeros({n}, dt);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = testing::input_value(src, i, iter, dt);
+    t.set(i, me_global == src ? want : (dt == DType::Bool ? 1 - want : want + 1));
+  }
+  broadcast(t, src, g);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = testing::input_value(src, i, iter, dt);
+    RANK_CHECK(t.item(i) == want, "broadcast from " << src << ": rank " << me_global << " "
+                                                    << dtype_name(dt) << " n " << n << " element "
+                                                    << i << ": got " << t.item(i) << ", want "
+                                                    << want);
+  }
+}
+
+TEST(Broadcast, EveryDtypeRootAndPathOnThreeRanks) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    int iter = 0;
+    for (DType dt : kAllDTypes) {
+      // Inline (up to the eager limit), binomial tree, scatter + all-gather with a tail.
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{30001}, int64_t{200002}}) {
+        broadcast_and_check({}, iter % 3, n, dt, iter);
+        ++iter;
+      }
+    }
+  }));
+}
+
+TEST(Broadcast, GroupSizesOneToEightAndSixteenMiB) {
+  expect_all_ok(run_ranks(8, [](int rank, int) {
+    for (int k = 1; k <= 8; ++k) {
+      std::vector<int> ranks(k);
+      std::iota(ranks.begin(), ranks.end(), 8 - k);  // the last k ranks: src is a global rank
+      Group g = new_group(ranks);
+      if (rank < 8 - k) continue;
+      for (int root = 8 - k; root < 8; ++root) {
+        broadcast_and_check(g, root, 7, DType::Int64, root);
+        broadcast_and_check(g, root, 40000, DType::Float32, root + 1);
+      }
+      broadcast_and_check(g, 8 - k, 100003, DType::Int32, k);
+    }
+    Group pair = new_group({2, 5});
+    if (rank == 2 || rank == 5) broadcast_and_check(pair, 5, (16 << 20) / 4, DType::Float32, 9);
+  }));
+}
+
+TEST(BroadcastErrors, BadInputRaisesOnEveryRank) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    Group sub = new_group({0, 1});
+    Tensor t = zeros({5});
+    if (rank < 2) {
+      expect_throw_with<InvalidArgument>([&] { broadcast(t, 2, sub); },
+                                         "src 2 is not a member of group 1");
+    }
+    expect_throw_with<InvalidArgument>([&] { broadcast(t, rank == 1 ? 1 : 0); },
+                                       "disagree on the broadcast source");
+    Tensor t6 = zeros({rank == 2 ? 6 : 5});
+    expect_throw_with<InvalidArgument>([&] { broadcast(t6, 0); }, "disagree");
+    Tensor big = zeros({rank == 0 ? 100000 : 100001});
+    expect_throw_with<InvalidArgument>([&] { broadcast(big, 0); }, "disagree");
+    broadcast_and_check({}, 1, 10, DType::Float32, 0);
+  }));
+}
+
+}  // namespace
+}  // namespace rdmacoll
