@@ -31,8 +31,10 @@ struct Options {
   DType dtype = DType::Float32;
   std::string json;
   std::string csv;
-  bool list = false;        // -o list: all_gather into a list of tensors instead of one
-  bool all_reduce = false;  // -o all_reduce: all_reduce (SUM), in place
+  bool list = false;  // -o list: all_gather into a list of tensors instead of one
+  // -o all_reduce | reduce_scatter | broadcast: one column set (sweep_one_column); empty for
+  // the all-gathers.
+  std::string single;
 };
 
 size_t parse_size(const char* s) {
@@ -126,19 +128,20 @@ Options parse(int argc, char** argv) {
       o.csv = next();
     else if (a == "-o") {
       const std::string op = next();
-      if (op != "into" && op != "list" && op != "all_reduce") {
+      if (op != "into" && op != "list" && op != "all_reduce" && op != "reduce_scatter" &&
+          op != "broadcast") {
         std::fprintf(stderr,
-                     "-o: expected into (all_gather_into_tensor), list (all_gather) or "
-                     "all_reduce\n");
+                     "-o: expected into (all_gather_into_tensor), list (all_gather), "
+                     "all_reduce, reduce_scatter or broadcast\n");
         std::exit(2);
       }
       o.list = op == "list";
-      o.all_reduce = op == "all_reduce";
+      if (op != "into" && op != "list") o.single = op;
     } else {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
                    "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] "
-                   "[-o into|list|all_reduce]\n");
+                   "[-o into|list|all_reduce|reduce_scatter|broadcast]\n");
       std::exit(2);
     }
   }
@@ -264,12 +267,17 @@ double reduce_input(int r, int64_t i) {
   return static_cast<double>((r + i) % 5);
 }
 
-// -o all_reduce: in place, so there is one column set; size is the tensor's bytes, algbw =
-// size / time and busbw = algbw * 2 (p - 1) / p, as in nccl-tests' all_reduce_perf. The
-// timed calls keep reducing the same tensor; the check resets it and reduces once more.
-int64_t all_reduce_sweep(const Options& o, int rank, int world, Progress& progress, FILE* csv,
+// -o all_reduce | reduce_scatter | broadcast: one column set each, with nccl-tests' sizes and
+// bus bandwidths. all_reduce: in place, size = the tensor's bytes, busbw = algbw * 2 (p-1)/p.
+// reduce_scatter: size = the input's bytes (p x the output), busbw = algbw * (p-1)/p.
+// broadcast (from rank 0, in place): size = the tensor's bytes, busbw = algbw. The timed calls
+// keep working on the same tensors; the check resets them and runs once more.
+int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progress, FILE* csv,
                          std::string& json) {
   const size_t es = element_size(o.dtype);
+  const bool rs = o.single == "reduce_scatter", bc = o.single == "broadcast";
+  const char* redop = bc ? "none" : "sum";
+  const double bus_factor = bc ? 1.0 : rs ? (world - 1.0) / world : 2.0 * (world - 1.0) / world;
   if (rank == 0) {
     std::printf("#%11s %12s %8s %6s %10s %9s %9s %8s %10s %10s\n", "size", "count", "type", "redop",
                 "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)");
@@ -277,47 +285,59 @@ int64_t all_reduce_sweep(const Options& o, int rank, int world, Progress& progre
       std::fprintf(csv, "size,count,type,redop,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us\n");
   }
   int64_t total_wrong = 0;
-  for (size_t bytes = std::max(o.min_bytes, es); bytes <= o.max_bytes;
-       bytes = std::max(bytes + es, static_cast<size_t>(bytes * o.factor))) {
-    const int64_t count = static_cast<int64_t>(bytes / es);
+  const size_t step = rs ? es * world : es;  // reduce_scatter: whole elements per rank
+  for (size_t bytes = std::max(o.min_bytes, step); bytes <= o.max_bytes;
+       bytes = std::max(bytes + step, static_cast<size_t>(bytes * o.factor))) {
+    const int64_t count = static_cast<int64_t>(bytes / step) * (rs ? world : 1);
     Tensor t = zeros({count}, o.dtype);
-    progress.set_phase("size " + std::to_string(count * es) + " all_reduce");
-    Result res = time_calls([&] { all_reduce(t); }, o.iters, o.warmup, world, progress);
+    Tensor out = zeros({rs ? count / world : 0}, o.dtype);
+    progress.set_phase("size " + std::to_string(count * es) + " " + o.single);
+    auto call = [&] {
+      if (rs)
+        reduce_scatter_tensor(out, t);
+      else if (bc)
+        broadcast(t, 0);
+      else
+        all_reduce(t);
+    };
+    Result res = time_calls(call, o.iters, o.warmup, world, progress);
     if (o.check) {
       for (int64_t i = 0; i < count; ++i)
         t.set(i, reduce_input(rank, i));
-      all_reduce(t);
-      for (int64_t i = 0; i < count; ++i) {
-        double want = 0;
-        for (int r = 0; r < world; ++r)
-          want += reduce_input(r, i);
-        res.wrong += t.item(i) != (o.dtype == DType::Bool ? (want != 0) : want);
+      call();
+      const Tensor& result = rs ? out : t;
+      const int64_t first = rs ? rank * result.numel() : 0;
+      for (int64_t i = 0; i < result.numel(); ++i) {
+        double want = bc ? reduce_input(0, i) : 0;
+        for (int r = 0; !bc && r < world; ++r)
+          want += reduce_input(r, first + i);
+        res.wrong += result.item(i) != (o.dtype == DType::Bool ? (want != 0) : want);
       }
     }
     total_wrong += res.wrong;
     const double size_b = static_cast<double>(count * es);
     const double algbw = size_b / res.mean_us / 1e3;
-    const double busbw = algbw * 2.0 * (world - 1.0) / world;
+    const double busbw = algbw * bus_factor;
     char rec[512];
     std::snprintf(rec, sizeof rec,
-                  "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"redop\":\"sum\",\"ranks\":%d,"
+                  "%s{\"size\":%zu,\"count\":%lld,\"type\":\"%s\",\"redop\":\"%s\",\"ranks\":%d,"
                   "\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%lld,\"p50_us\":%.3f,"
                   "\"p99_us\":%.3f}",
                   json.size() > 1 ? "," : "", static_cast<size_t>(size_b),
-                  static_cast<long long>(count), short_name(o.dtype), world, res.mean_us, algbw,
-                  busbw, static_cast<long long>(res.wrong), res.p50_us, res.p99_us);
+                  static_cast<long long>(count), short_name(o.dtype), redop, world, res.mean_us,
+                  algbw, busbw, static_cast<long long>(res.wrong), res.p50_us, res.p99_us);
     json += rec;
     if (rank == 0) {
       progress.clear();
       std::printf("%12zu %12lld %8s %6s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f\n",
                   static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
-                  "sum", res.mean_us, algbw, busbw, static_cast<long long>(res.wrong), res.p50_us,
+                  redop, res.mean_us, algbw, busbw, static_cast<long long>(res.wrong), res.p50_us,
                   res.p99_us);
       std::fflush(stdout);
       if (csv) {
-        std::fprintf(csv, "%zu,%lld,%s,sum,%d,%.3f,%.4f,%.4f,%lld,%.3f,%.3f\n",
+        std::fprintf(csv, "%zu,%lld,%s,%s,%d,%.3f,%.4f,%.4f,%lld,%.3f,%.3f\n",
                      static_cast<size_t>(size_b), static_cast<long long>(count),
-                     short_name(o.dtype), world, res.mean_us, algbw, busbw,
+                     short_name(o.dtype), redop, world, res.mean_us, algbw, busbw,
                      static_cast<long long>(res.wrong), res.p50_us, res.p99_us);
       }
     }
@@ -336,11 +356,13 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("# rdmacoll all_gather_perf: %d ranks, transport %s, dtype %s, %s\n", world,
                 transport_name().c_str(), short_name(o.dtype),
-                o.all_reduce ? "all_reduce (sum, in place)"
-                : o.list     ? "all_gather (list of tensors)"
-                             : "all_gather_into_tensor");
+                o.single == "all_reduce"       ? "all_reduce (sum, in place)"
+                : o.single == "reduce_scatter" ? "reduce_scatter_tensor (sum)"
+                : o.single == "broadcast"      ? "broadcast (from rank 0)"
+                : o.list                       ? "all_gather (list of tensors)"
+                                               : "all_gather_into_tensor");
   }
-  if (rank == 0 && !o.all_reduce) {
+  if (rank == 0 && o.single.empty()) {
     std::printf("#%11s %12s %8s %10s %9s %9s %8s %10s %10s %10s %9s %9s %8s\n", "size", "count",
                 "type", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)", "in-place",
                 "algbw", "busbw", "#wrong");
@@ -348,7 +370,7 @@ int main(int argc, char** argv) {
   FILE* csv = nullptr;
   if (rank == 0 && !o.csv.empty()) {
     csv = std::fopen(o.csv.c_str(), "w");
-    if (csv && !o.all_reduce)
+    if (csv && o.single.empty())
       std::fprintf(csv,
                    "size,count,type,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us,"
                    "inplace_time_us,inplace_algbw,inplace_busbw,inplace_wrong\n");
@@ -356,8 +378,8 @@ int main(int argc, char** argv) {
   Progress progress(rank == 0);
   std::string json = "[";
   int64_t total_wrong = 0;
-  if (o.all_reduce) total_wrong = all_reduce_sweep(o, rank, world, progress, csv, json);
-  for (size_t bytes = std::max(o.min_bytes, es); !o.all_reduce && bytes <= o.max_bytes;
+  if (!o.single.empty()) total_wrong = sweep_one_column(o, rank, world, progress, csv, json);
+  for (size_t bytes = std::max(o.min_bytes, es); o.single.empty() && bytes <= o.max_bytes;
        bytes = std::max(bytes + es, static_cast<size_t>(bytes * o.factor))) {
     const int64_t count = static_cast<int64_t>(bytes / es);
     Tensor in = zeros({count}, o.dtype);

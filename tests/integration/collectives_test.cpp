@@ -19,49 +19,6 @@ using testing::expect_all_ok;
 using testing::expect_throw_with;
 using testing::run_ranks;
 
-int group_size(const Group& g) {
-  return g.is_default() ? get_world_size() : g.size();
-}
-int group_rank(const Group& g) {
-  return g.is_default() ? get_rank() : g.rank();
-}
-
-void check_reduced(const Tensor& out, int p, int me, int iter, DType dt, ReduceOp op,
-                   const std::string& what) {
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const double want = expected(p, me * n + i, iter, dt, op);
-    const double got = out.item(i);
-    // AVG of 16-bit floats is rounded to the format; the rest is exact.
-    const double tol = op == ReduceOp::Avg ? std::abs(want) * 1e-2 : 0;
-    RANK_CHECK(std::abs(got - want) <= tol, what << ": rank " << me << " of " << p << " "
-                                                 << dtype_name(dt) << " " << reduce_op_name(op)
-                                                 << " n " << n << " element " << i << ": got "
-                                                 << got << ", want " << want);
-  }
-}
-
-// One checked reduce_scatter_tensor of n elements per rank: flat or stacked input, or in place
-// (the output is this rank's piece of the input, as FSDP passes it).
-enum class Layout { Flat, Stacked, InPlace };
-void reduce_scatter_and_check(const Group& g, int64_t n, DType dt, ReduceOp op, int iter,
-                              Layout layout) {
-  const int p = group_size(g), me = group_rank(g);
-  Tensor in = layout == Layout::Stacked ? zeros({p, n}, dt) : zeros({p * n}, dt);
-  for (int64_t i = 0; i < p * n; ++i)
-    in.set(i, value(me, i, iter, dt));
-  Tensor out;
-  if (layout == Layout::InPlace) {
-    out = Tensor::view(static_cast<uint8_t*>(in.data()) + me * n * element_size(dt), dt, {n});
-  } else {
-    out = zeros({n}, dt);
-    for (int64_t i = 0; i < n; ++i)
-      out.set(i, dt == DType::Bool ? 1 : 99);  // never an expected value of a correct write
-  }
-  reduce_scatter_tensor(out, in, op, g);
-  check_reduced(out, p, me, iter, dt, op, "reduce_scatter_tensor");
-}
-
 TEST(ReduceScatter, EveryDtypeAndOperatorOnThreeRanks) {
   expect_all_ok(run_ranks(3, [](int, int) {
     int iter = 0;
@@ -135,25 +92,6 @@ TEST(ReduceScatterErrors, BadInputRaisesOnEveryRankAndWritesNothing) {
     // Still usable afterwards.
     reduce_scatter_and_check({}, 4, DType::Float32, ReduceOp::Sum, 0, Layout::Flat);
   }));
-}
-
-// A broadcast of n elements from global rank `src`; the other ranks' tensors start with values
-// a correct broadcast never leaves.
-void broadcast_and_check(const Group& g, int src, int64_t n, DType dt, int iter) {
-  const int me_global = get_rank();
-  Tensor t = zeros({n}, dt);
-  for (int64_t i = 0; i < n; ++i) {
-    const double want = testing::input_value(src, i, iter, dt);
-    t.set(i, me_global == src ? want : (dt == DType::Bool ? 1 - want : want + 1));
-  }
-  broadcast(t, src, g);
-  for (int64_t i = 0; i < n; ++i) {
-    const double want = testing::input_value(src, i, iter, dt);
-    RANK_CHECK(t.item(i) == want, "broadcast from " << src << ": rank " << me_global << " "
-                                                    << dtype_name(dt) << " n " << n << " element "
-                                                    << i << ": got " << t.item(i) << ", want "
-                                                    << want);
-  }
 }
 
 TEST(Broadcast, EveryDtypeRootAndPathOnThreeRanks) {

@@ -6,8 +6,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <thread>
+
 #include "api/debug.hpp"
 #include "gather_check.hpp"
+#include "reduce_check.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -116,6 +119,56 @@ TEST(Verbs, AllReduceSmallAndLarge) {
         RANK_CHECK(t.item(i) == want, "n " << n << " element " << i << ": got " << t.item(i));
       }
     }
+  }));
+}
+
+// reduce_scatter_tensor: one gather round (small) and a direct round of RDMA writes from the
+// registered input into the owners' scratch (48 KiB per rank); broadcast inline, down the
+// binomial tree (160 KiB) and scattered then gathered (400 KiB, with a tail).
+TEST(Verbs, ReduceScatterAndBroadcast) {
+  expect_all_ok(run_ranks(3, [](int, int) {
+    require_verbs();
+    using namespace testing::reduction;
+    reduce_scatter_and_check({}, 7, DType::Float32, ReduceOp::Sum, 0, Layout::Flat);
+    reduce_scatter_and_check({}, 12288, DType::Float32, ReduceOp::Sum, 1, Layout::Stacked);
+    reduce_scatter_and_check({}, 6144, DType::Int64, ReduceOp::Max, 2, Layout::InPlace);
+    broadcast_and_check({}, 1, 9, DType::Int32, 0);
+    broadcast_and_check({}, 2, 40000, DType::Float32, 1);
+    broadcast_and_check({}, 0, 100001, DType::Float32, 2);
+  }));
+}
+
+// Async work and a second thread on another group, over verbs: the serialized transport's
+// leader/follower waits on the completion channel.
+TEST(Verbs, AsyncWorkAndTwoThreads) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    Group other = new_group({0, 1});
+    std::exception_ptr error;
+    std::thread side([&] {
+      try {
+        for (int iter = 0; iter < 20; ++iter)
+          gather_and_check(other, 5000, DType::Float32, DType::Float32, false, iter);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    std::vector<Tensor> ts;
+    std::vector<Work> works;
+    for (int i = 0; i < 10; ++i) {
+      ts.push_back(zeros({3000}));
+      for (int64_t j = 0; j < 3000; ++j)
+        ts.back().set(j, rank + j + i);
+      works.push_back(all_reduce(ts.back(), ReduceOp::Sum, {}, true));
+    }
+    for (int i = 0; i < 10; ++i) {
+      works[i].wait();
+      for (int64_t j = 0; j < 3000; ++j) {
+        RANK_CHECK(ts[i].item(j) == world * (j + i) + 1, "work " << i << " element " << j);
+      }
+    }
+    side.join();
+    if (error) std::rethrow_exception(error);
   }));
 }
 
