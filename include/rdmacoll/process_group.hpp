@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/store.hpp"
 #include "rdmacoll/tensor.hpp"
 #include "rdmacoll/work.hpp"
 
@@ -22,6 +23,9 @@ struct InitOptions {
   int world_size = -1;  // -1: from the environment
   // How long any collective or rendezvous may wait. Unset: RDMACOLL_TIMEOUT_S, else 30 min.
   std::optional<std::chrono::milliseconds> timeout;
+  // Rendezvous through this store instead of init_method (rank and world_size must be given),
+  // as torch hands a backend its store. Every rank must pass the same store.
+  std::shared_ptr<Store> store;
 };
 
 class GroupState;  // internal
@@ -53,6 +57,12 @@ int get_world_size(const Group& group = {});
 // Collective over the world: every rank calls it with the same ranks, in the same order of calls.
 Group new_group(const std::vector<int>& ranks,
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// A group created by its members alone, as torch creates a backend's process group: every
+// member calls it with the store the members share (keys under "rdmacoll/" in it are ours),
+// its group rank and the group size; non-members do not call it. Needs init_process_group()
+// first: all groups of a process share its one transport (connections, registrations).
+Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 void destroy_process_group();
 
 // Name of the transport in use ("ucx", "verbs").

@@ -29,13 +29,16 @@ namespace rdmacoll {
 namespace {
 
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+// Group ids (14 bits, in every tag): new_group() numbers its groups from 1, in the order every
+// rank calls it; member groups take theirs from a counter in the world's store, from here.
+constexpr long kFirstMemberGroupId = 8192;
 
 struct Context {
   int rank = -1;
   int world_size = 0;
   std::chrono::milliseconds timeout{kDefaultTimeout};
   std::unique_ptr<bootstrap::StoreServer> server;  // rank 0 only
-  std::unique_ptr<bootstrap::StoreClient> store;
+  std::shared_ptr<Store> store;                    // ours (a StoreClient) or the caller's
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<engine::Engine> engine;
   std::shared_ptr<GroupState> world;
@@ -121,7 +124,7 @@ GroupState& resolve(const Group& group, const char* what) {
 // Waits (through the store) until every rank has published `prefix`<rank>; on timeout names
 // the ranks that never arrived.
 std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& prefix) {
-  const std::string store_addr = ctx.store->address();
+  const std::string store_addr = ctx.store->describe();
   std::vector<transport::Bytes> addrs(ctx.world_size);
   const auto deadline = transport::Clock::now() + ctx.timeout;
   for (int r = 0; r < ctx.world_size; ++r) {
@@ -145,13 +148,13 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
       }
       throw Timeout("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
                     std::to_string(ctx.world_size) + "): ranks " + join(missing) +
-                    " did not join the rendezvous at " + store_addr + " within " +
+                    " did not join the rendezvous at the " + store_addr + " within " +
                     std::to_string(ctx.timeout.count()) + " ms");
     } catch (const PeerFailure& e) {
       // Rank 0 hosts the store: it gave up (its own timeout came first) or died.
       throw PeerFailure("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
-                        std::to_string(ctx.world_size) + "): rank 0, the rendezvous host at " +
-                        store_addr + ", went away while rank " + std::to_string(r) +
+                        std::to_string(ctx.world_size) + "): the " + store_addr +
+                        " went away while rank " + std::to_string(r) +
                         " had not joined yet: " + e.what());
     }
   }
@@ -286,8 +289,19 @@ void init_process_group(const InitOptions& options) {
         "destroy_process_group() first");
   }
   auto ctx = std::make_unique<Context>();
-  const bootstrap::Rendezvous rv =
-      bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
+  bootstrap::Rendezvous rv;
+  if (options.store) {
+    if (options.rank < 0 || options.world_size < 1 || options.rank >= options.world_size) {
+      throw InvalidArgument(
+          "init_process_group: with a store, rank and world_size must be given "
+          "(0 <= rank < world_size), got rank " +
+          std::to_string(options.rank) + ", world_size " + std::to_string(options.world_size));
+    }
+    rv.rank = options.rank;
+    rv.world_size = options.world_size;
+  } else {
+    rv = bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
+  }
   ctx->rank = rv.rank;
   ctx->world_size = rv.world_size;
   if (transport_from_env() == transport::TransportKind::Verbs) {
@@ -299,11 +313,15 @@ void init_process_group(const InitOptions& options) {
   }
   ctx->timeout = options.timeout ? *options.timeout : timeout_from_env();
   const auto deadline = transport::Clock::now() + ctx->timeout;
-  if (ctx->rank == 0) {
-    // Listen on every address: MASTER_ADDR names how others reach us, not where to bind.
-    ctx->server = std::make_unique<bootstrap::StoreServer>("0.0.0.0", rv.master_port);
+  if (options.store) {
+    ctx->store = options.store;
+  } else {
+    if (ctx->rank == 0) {
+      // Listen on every address: MASTER_ADDR names how others reach us, not where to bind.
+      ctx->server = std::make_unique<bootstrap::StoreServer>("0.0.0.0", rv.master_port);
+    }
+    ctx->store = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline);
   }
-  ctx->store = std::make_unique<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline);
 
   // A stale store from an earlier job on the same port would mix up ranks: check world size.
   const std::string size_key = "rdmacoll/world_size";
@@ -341,7 +359,7 @@ void init_process_group(const InitOptions& options) {
   if (ctx->rank == 0) {
     log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks on " +
               std::to_string(ctx->world->hosts) + " host(s), transport=" +
-              ctx->transport->describe() + ", rendezvous " + ctx->store->address());
+              ctx->transport->describe() + ", rendezvous through the " + ctx->store->describe());
   }
   context() = std::move(ctx);
 }
@@ -397,7 +415,10 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   auto g = std::make_shared<GroupState>();
   g->generation = ctx.generation;
   g->id = ctx.next_group_id++;
-  if (g->id >= (1u << 14)) throw InvalidArgument("new_group: too many groups (limit 16383)");
+  if (g->id >= kFirstMemberGroupId) {
+    throw InvalidArgument("new_group: too many groups (limit " +
+                          std::to_string(kFirstMemberGroupId - 1) + ")");
+  }
   g->members = sorted;
   std::vector<topology::LocalPlacement> member_placements;
   for (int r : sorted)
@@ -406,6 +427,77 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   const auto it = std::find(sorted.begin(), sorted.end(), ctx.rank);
   g->rank = it == sorted.end() ? -1 : static_cast<int>(it - sorted.begin());
   g->timeout = timeout ? *timeout : ctx.timeout;
+  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
+  ctx.groups.push_back(g);
+  return Group(std::move(g));
+}
+
+Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                       std::optional<std::chrono::milliseconds> timeout) {
+  Context& ctx = require_context("new_member_group");
+  if (!store) throw InvalidArgument("new_member_group: no store given");
+  if (group_size < 1 || group_size > ctx.world_size || group_rank < 0 || group_rank >= group_size) {
+    throw InvalidArgument("new_member_group: group rank " + std::to_string(group_rank) +
+                          " of size " + std::to_string(group_size) +
+                          " is impossible in a world of " + std::to_string(ctx.world_size));
+  }
+  const auto wait = timeout ? *timeout : ctx.timeout;
+  const std::string where = "new_member_group (group rank " + std::to_string(group_rank) + " of " +
+                            std::to_string(group_size) + ", world rank " +
+                            std::to_string(ctx.rank) + ")";
+  // Each member says which world rank it is; the first member draws the group's id from the
+  // world's store, so ids are unique in the job whatever groups other ranks make.
+  const std::string claim = "rdmacoll/member/" + std::to_string(group_rank);
+  if (store->add("rdmacoll/claims/" + std::to_string(group_rank), 1) > 1) {
+    const std::string other = store->check(claim) ? store->get_string(claim, wait) : "?";
+    throw InvalidArgument(where + ": group rank " + std::to_string(group_rank) +
+                          " is already claimed by world rank " + other +
+                          "; every member must pass its own group rank");
+  }
+  store->set(claim, std::to_string(ctx.rank));
+  if (group_rank == 0) {
+    const int64_t n = ctx.store->add("rdmacoll/member_groups", 1);
+    store->set("rdmacoll/group_id", std::to_string(kFirstMemberGroupId + n - 1));
+  }
+  std::vector<int> members(group_size);
+  for (int r = 0; r < group_size; ++r) {
+    const std::string v = store->get_string("rdmacoll/member/" + std::to_string(r), wait);
+    char* end = nullptr;
+    const long m = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || m < 0 || m >= ctx.world_size) {
+      throw InvalidArgument(where + ": group rank " + std::to_string(r) +
+                            " published world rank '" + v + "', not one of [0, " +
+                            std::to_string(ctx.world_size) + ")");
+    }
+    members[r] = static_cast<int>(m);
+  }
+  if (members[group_rank] != ctx.rank) {
+    throw InvalidArgument(where + ": group rank " + std::to_string(group_rank) +
+                          " is claimed by world rank " + std::to_string(members[group_rank]) +
+                          " too; every member must pass its own group rank");
+  }
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw InvalidArgument(where + ": world ranks " + join(members) +
+                          " contain a duplicate; does every member use its own world rank?");
+  }
+  const std::string id_text = store->get_string("rdmacoll/group_id", wait);
+  const long id = std::strtol(id_text.c_str(), nullptr, 10);
+  if (id < kFirstMemberGroupId || id >= (1 << 14)) {
+    throw InvalidArgument(where + ": too many member groups in this job (limit " +
+                          std::to_string((1 << 14) - kFirstMemberGroupId) + ")");
+  }
+  auto g = std::make_shared<GroupState>();
+  g->generation = ctx.generation;
+  g->id = static_cast<uint32_t>(id);
+  g->members = members;
+  std::vector<topology::LocalPlacement> member_placements;
+  for (int r : members)
+    member_placements.push_back(ctx.placements[r]);
+  apply_topology(*g, member_placements);
+  g->rank = group_rank;
+  g->timeout = wait;
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(g);
   return Group(std::move(g));

@@ -369,17 +369,8 @@ void StoreClient::set(const std::string& key, const Bytes& value) {
   request(StoreOp::Set, key, value, kShortOp);
 }
 
-void StoreClient::set(const std::string& key, const std::string& value) {
-  set(key, Bytes(value.begin(), value.end()));
-}
-
 Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   return request(StoreOp::Get, key, int_bytes(timeout.count()), timeout);
-}
-
-std::string StoreClient::get_string(const std::string& key, std::chrono::milliseconds timeout) {
-  Bytes b = get(key, timeout);
-  return std::string(b.begin(), b.end());
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {

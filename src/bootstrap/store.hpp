@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "rdmacoll/store.hpp"
+
 namespace rdmacoll::bootstrap {
 
 using Clock = std::chrono::steady_clock;
@@ -55,7 +57,7 @@ class StoreServer {
   std::thread thread_;
 };
 
-class StoreClient {
+class StoreClient final : public Store {
  public:
   // Connects, retrying while the server is not up yet, until `deadline`.
   StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline);
@@ -63,13 +65,14 @@ class StoreClient {
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
-  void set(const std::string& key, const Bytes& value);
-  void set(const std::string& key, const std::string& value);
+  using Store::get_string;
+  using Store::set;
+  void set(const std::string& key, const Bytes& value) override;
   // Blocks until the key exists or the timeout passes (Timeout names the key).
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout);
-  std::string get_string(const std::string& key, std::chrono::milliseconds timeout);
-  int64_t add(const std::string& key, int64_t delta);
-  bool check(const std::string& key);
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::string& key) override;
+  std::string describe() const override { return "rendezvous store at " + address(); }
   void erase(const std::string& key);
   // Blocks until every key exists.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
