@@ -8,7 +8,7 @@ report gives the best and the median over blocks, and the load average before ea
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
       [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
-      [--collective all_gather|all_reduce]
+      [--collective all_gather|all_reduce|reduce_scatter|broadcast]
 
 Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
 size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
@@ -83,15 +83,30 @@ def build_helpers(outdir):
     return built
 
 
+# Per collective: all_gather_perf's -o, the MPI helper's mode, the gloo helper's mode (None:
+# gloo lacks it), the bytes one rank must move (the memcpy limit) and nccl-tests' busbw factor
+# (busbw = size / time x factor; size is bytes per rank for the all-gather, the tensor's bytes
+# for all_reduce and broadcast, the input's bytes (p x the output) for reduce_scatter).
+COLLECTIVES = {
+    "all_gather": ([], [], [], lambda w, s: s * (w - 1), lambda w: w - 1,
+                   "torch 1.13 gloo (all_gather into views)", "(p-1) x size"),
+    "all_reduce": (["-o", "all_reduce"], ["allreduce"], ["allreduce"],
+                   lambda w, s: 2 * s * (w - 1) // w, lambda w: 2 * (w - 1) / w,
+                   "torch 1.13 gloo (all_reduce)", "2(p-1)/p x size"),
+    "reduce_scatter": (["-o", "reduce_scatter"], ["reducescatter"], None,
+                       lambda w, s: s * (w - 1) // w, lambda w: (w - 1) / w, None,
+                       "(p-1)/p x size"),
+    "broadcast": (["-o", "broadcast"], ["bcast"], ["broadcast"], lambda w, s: s, lambda w: 1,
+                  "torch 1.13 gloo (broadcast)", "size"),
+}
+
+
 def systems(build, helpers, collective):
-    """The contenders for `collective`: all_gather (all_gather_into_tensor against
-    MPI_Allgather, gloo all_gather) or all_reduce (float32 SUM in place, against MPI_Allreduce
-    and gloo all_reduce)."""
-    reduce = collective == "all_reduce"
+    """The contenders for `collective`: rdmacoll's call against the MPI implementations' (over
+    shared memory and TCP), torch's gloo where it has the call, and the memcpy limit."""
+    op, mode, gloo_mode, moved, _, gloo_label, moved_label = COLLECTIVES[collective]
     run = os.path.join(build, "rdmacoll-run")
     perf = os.path.join(build, "all_gather_perf")
-    op = ["-o", "all_reduce"] if reduce else []
-    mode = ["allreduce"] if reduce else []
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
                             "-w", "2", "-c", "1"] + op
     out = [
@@ -121,20 +136,16 @@ def systems(build, helpers, collective):
                           lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s),
                                                      str(it), "2"] + mode,
                           label="MPICH 4.0.2"))
-    out.append(System("gloo", "tcp",
-                      lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
-                                        os.path.join(HERE, "gloo_allgather.py"), str(s), str(it),
-                                        "1"] + mode,
-                      label="torch 1.13 gloo (all_reduce)" if reduce
-                      else "torch 1.13 gloo (all_gather into views)"))
+    if gloo_mode is not None:
+        out.append(System("gloo", "tcp",
+                          lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
+                                            os.path.join(HERE, "gloo_allgather.py"), str(s),
+                                            str(it), "1"] + gloo_mode,
+                          label=gloo_label))
     memcpy = helpers["memcpy"]
-    # What one rank must move: (p-1) chunks for an all-gather, 2 (p-1)/p of the tensor for an
-    # all-reduce (reduce-scatter + all-gather).
-    moved = (lambda w, s: 2 * s * (w - 1) // w) if reduce else (lambda w, s: s * (w - 1))
     out.append(System("memcpy", "limit",
                       lambda w, s, it, memcpy=memcpy: [memcpy, str(moved(w, s)), str(it)],
-                      label="memcpy limit (1 thread, 2(p-1)/p x size)" if reduce
-                      else "memcpy limit (1 thread, (p-1) x size)"))
+                      label=f"memcpy limit (1 thread, {moved_label})"))
     return out
 
 
@@ -170,16 +181,12 @@ def run_one(system, world, nbytes, timeout, reduce=False):
     return us, load, ""
 
 
-def busbw(world, nbytes, us, name, reduce=False):
-    """nccl-tests' bus bandwidth: all-gather (p-1)/p x p x size / time, all-reduce 2 (p-1)/p x
-    size / time; the memcpy limit moves exactly those bytes."""
+def busbw(world, nbytes, us, name, collective="all_gather"):
+    """nccl-tests' bus bandwidth (COLLECTIVES' factor x size / time); the memcpy limit moves
+    exactly those bytes."""
     if us is None or us <= 0:
         return None
-    if reduce:
-        return 2 * nbytes * (world - 1) / world / us / 1e3
-    if name == "memcpy":
-        return nbytes * (world - 1) / us / 1e3
-    return world * nbytes / us / 1e3 * (world - 1) / world
+    return nbytes * COLLECTIVES[collective][4](world) / us / 1e3
 
 
 def main():
@@ -195,13 +202,14 @@ def main():
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
-    ap.add_argument("--collective", choices=("all_gather", "all_reduce"), default="all_gather",
-                    help="all_gather (default; files compare.*, busbw.png) or all_reduce "
-                         "(float32 SUM; files compare_all_reduce.*, busbw_all_reduce.png)")
+    ap.add_argument("--collective", choices=tuple(COLLECTIVES), default="all_gather",
+                    help="all_gather (default; files compare.*, busbw.png), or all_reduce, "
+                         "reduce_scatter (float32 SUM), broadcast (files compare_<name>.*, "
+                         "busbw_<name>.png)")
     args = ap.parse_args()
-    reduce = args.collective == "all_reduce"
-    stem = "compare_all_reduce" if reduce else "compare"
-    plot_name = "busbw_all_reduce.png" if reduce else "busbw.png"
+    single = args.collective != "all_gather"  # one column set: a redop column in the rows
+    stem = f"compare_{args.collective}" if single else "compare"
+    plot_name = f"busbw_{args.collective}.png" if single else "busbw.png"
     if args.smoke:
         args.min, args.max, args.factor, args.blocks, args.worlds = "8", "4K", 512, 1, "2"
         args.extra = ""
@@ -225,7 +233,7 @@ def main():
         for world in worlds:
             for nbytes in sizes:
                 for sysm in contenders:
-                    us, load, note = run_one(sysm, world, nbytes, args.timeout, reduce)
+                    us, load, note = run_one(sysm, world, nbytes, args.timeout, single)
                     rows.append((block, world, nbytes, sysm.name, us, load, note))
                     if note:
                         failures.append(f"{sysm.name} p={world} {human(nbytes)}: {note}")
@@ -241,7 +249,7 @@ def main():
         w.writerow(["block", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
                     "loadavg_before", "note"])
         for block, world, nbytes, name, us, load, note in rows:
-            bw = busbw(world, nbytes, us, name, reduce)
+            bw = busbw(world, nbytes, us, name, args.collective)
             w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}",
                         "" if bw is None else f"{bw:.4f}", f"{load:.2f}", note])
 
@@ -264,10 +272,18 @@ def main():
           f"rank. Ratio = system time / rdmacoll time of the same family (shm systems against "
           f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp): > 1 means "
           f"rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
-    if reduce:
-        md += ["all_reduce: size is the tensor's bytes (float32), reduced in place with SUM; "
-               "busbw = 2 (p-1)/p x size / time, as in nccl-tests. The memcpy limit copies those "
-               "2 (p-1)/p x size bytes once.", ""]
+    notes = {
+        "all_reduce": "all_reduce: size is the tensor's bytes (float32), reduced in place with "
+                      "SUM; busbw = 2 (p-1)/p x size / time, as in nccl-tests.",
+        "reduce_scatter": "reduce_scatter: size is the input's bytes (float32, p x the output), "
+                          "reduced with SUM (MPI_Reduce_scatter_block); busbw = (p-1)/p x size / "
+                          "time, as in nccl-tests. torch 1.13's gloo has no reduce_scatter.",
+        "broadcast": "broadcast: size is the tensor's bytes, from rank 0 (MPI_Bcast); busbw = "
+                     "size / time, as in nccl-tests.",
+    }
+    if args.collective in notes:
+        md += [notes[args.collective] + " The memcpy limit copies the bytes one rank must move "
+               "once.", ""]
     for c in contenders:
         md.append(f"- `{c.name}`: {c.label}")
     md.append("")
@@ -310,7 +326,8 @@ def main():
                             fam == "shm" and families[name] == "verbs"):
                         continue
                     xs = [n for n in sizes if (world, n, name) in best]
-                    ys = [busbw(world, n, best[(world, n, name)], name, reduce) for n in xs]
+                    ys = [busbw(world, n, best[(world, n, name)], name, args.collective)
+                          for n in xs]
                     series.append((labels[name], xs, ys, name.startswith("rdmacoll")))
                 panels.append((f"{world} ranks, {title}", series))
         save_busbw_plot(os.path.join(out, plot_name), panels)

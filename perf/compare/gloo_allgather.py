@@ -1,5 +1,6 @@
 """torch.distributed all_gather with the gloo backend, the torch peer in perf/compare (with a
-fourth argument "allreduce": dist.all_reduce, float32 SUM).
+fourth argument "allreduce": dist.all_reduce, float32 SUM; "broadcast": dist.broadcast from
+rank 0).
 
 torch 1.13's gloo backend has no all_gather_into_tensor, so this gathers with all_gather into
 views of one pre-allocated output tensor (the same memory layout). Launched by rdmacoll-run
@@ -33,12 +34,30 @@ def all_reduce(nbytes, iters, warmup, rank, world):
     return total, int((t != expect).sum())
 
 
+def broadcast(nbytes, iters, warmup, rank):
+    """dist.broadcast from rank 0, the torch peer of rdmacoll's broadcast."""
+    t = torch.zeros(nbytes, dtype=torch.uint8)
+    for _ in range(warmup):
+        dist.broadcast(t, 0)
+    total = 0.0
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.broadcast(t, 0)
+        total += time.perf_counter() - t0
+    expect = ((torch.arange(nbytes, dtype=torch.int64) * 7) % 256).to(torch.uint8)
+    t = expect.clone() if rank == 0 else torch.zeros(nbytes, dtype=torch.uint8)
+    dist.broadcast(t, 0)
+    return total, int((t != expect).sum())
+
+
 def main():
     nbytes, iters, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if len(sys.argv) > 4 and sys.argv[4] == "allreduce":
-        total, wrong = all_reduce(nbytes, iters, warmup, rank, world)
+    if len(sys.argv) > 4 and sys.argv[4] in ("allreduce", "broadcast"):
+        total, wrong = (all_reduce(nbytes, iters, warmup, rank, world)
+                        if sys.argv[4] == "allreduce" else broadcast(nbytes, iters, warmup, rank))
         report(nbytes, iters, total, wrong, world)
         dist.destroy_process_group()
         return

@@ -1,7 +1,8 @@
 /* MPI_Allgather timing, the peer for rdmacoll's all_gather_into_tensor in perf/compare; with
- * a fourth argument "allreduce", MPI_Allreduce (float SUM, in place) for rdmacoll's all_reduce.
- * Built by compare.py with Open MPI's and with MPICH's mpicc.
- *   mpirun -np N mpi_allgather BYTES_PER_RANK ITERS WARMUP [allreduce]
+ * a fourth argument "allreduce", MPI_Allreduce (float SUM, in place) for rdmacoll's all_reduce;
+ * "reducescatter", MPI_Reduce_scatter_block (float SUM; BYTES is the input, p x the output);
+ * "bcast", MPI_Bcast from rank 0. Built by compare.py with Open MPI's and with MPICH's mpicc.
+ *   mpirun -np N mpi_allgather BYTES_PER_RANK ITERS WARMUP [allreduce|reducescatter|bcast]
  * Rank 0 prints "RESULT <bytes> <mean us of the slowest rank> <wrong> <world size>". */
 #include <mpi.h>
 #include <stdio.h>
@@ -48,6 +49,51 @@ int main(int argc, char** argv) {
       for (int r = 0; r < world; ++r) want += (float)((r + i) % 5);
       wrong += buf[i] != want;
     }
+    free(buf);
+    return report(bytes, total, iters, wrong, rank, world);
+  }
+  if (argc > 4 && strcmp(argv[4], "reducescatter") == 0) {
+    /* Whole floats per rank, at least one, as all_gather_perf -o reduce_scatter rounds. */
+    int m = (int)(bytes / sizeof(float) / world);
+    if (m < 1) m = 1;
+    float* in = malloc((size_t)m * world * sizeof(float));
+    float* out = malloc((size_t)m * sizeof(float));
+    for (int i = 0; i < m * world; ++i) in[i] = 0;
+    for (int i = 0; i < warmup; ++i)
+      MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double total = 0;
+    for (int i = 0; i < iters; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      total += MPI_Wtime() - t0;
+    }
+    for (int i = 0; i < m * world; ++i) in[i] = (float)((rank + i) % 5);
+    MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    long wrong = 0;
+    for (int i = 0; i < m; ++i) {
+      float want = 0;
+      for (int r = 0; r < world; ++r) want += (float)((r + rank * m + i) % 5);
+      wrong += out[i] != want;
+    }
+    free(in);
+    free(out);
+    return report((size_t)m * world * sizeof(float), total, iters, wrong, rank, world);
+  }
+  if (argc > 4 && strcmp(argv[4], "bcast") == 0) {
+    unsigned char* buf = malloc(bytes ? bytes : 1);
+    for (int i = 0; i < warmup; ++i) MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    double total = 0;
+    for (int i = 0; i < iters; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+      total += MPI_Wtime() - t0;
+    }
+    for (size_t i = 0; i < bytes; ++i) buf[i] = rank == 0 ? (unsigned char)(i * 7) : 0;
+    MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    long wrong = 0;
+    for (size_t i = 0; i < bytes; ++i) wrong += buf[i] != (unsigned char)(i * 7);
     free(buf);
     return report(bytes, total, iters, wrong, rank, world);
   }
