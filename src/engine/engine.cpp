@@ -24,8 +24,8 @@ std::string GroupState::describe() const {
 
 namespace rdmacoll::engine {
 
-schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
-  // RDMACOLL_ALGO is read once per process; every call of every group consults it.
+// RDMACOLL_ALGO is read once per process; every call of every group consults it.
+const std::optional<schedule::Algorithm>& forced_algorithm() {
   static const std::optional<schedule::Algorithm> forced =
       []() -> std::optional<schedule::Algorithm> {
     const char* v = std::getenv("RDMACOLL_ALGO");
@@ -33,6 +33,11 @@ schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
     if (s == "auto" || s.empty()) return std::nullopt;
     return schedule::parse_algorithm(s);
   }();
+  return forced;
+}
+
+schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
+  const std::optional<schedule::Algorithm>& forced = forced_algorithm();
   if (!forced) return schedule::choose_algorithm(p, bytes_per_rank, hosts);
   if (*forced == schedule::Algorithm::RecursiveDoubling && !schedule::is_power_of_two(p)) {
     throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " + std::to_string(p) +

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/call_descriptor.hpp"
@@ -57,8 +58,8 @@ class Engine {
                  const std::string& local_error);
   void barrier(GroupState& group);
 
- private:
-  // One round of a direct reduce-scatter: piece j is m elements at in + j * stride bytes.
+ public:
+  // One round of a reduce-scatter: piece j is m elements at in + j * stride bytes.
   struct ReduceScatterRound {
     CollectiveOp collective;  // what the descriptors say: AllReduce or ReduceScatter
     const uint8_t* in;
@@ -70,7 +71,11 @@ class Engine {
     uint64_t total_numel;  // the whole call's length, checked across ranks
     const std::string& local_error;
   };
+
+ private:
+  void reduce_scatter_round(GroupState& group, const ReduceScatterRound& round);
   void reduce_scatter_direct(GroupState& group, const ReduceScatterRound& round);
+  void reduce_scatter_ring(GroupState& group, const ReduceScatterRound& round);
   void broadcast_tree(GroupState& group, uint8_t* data, size_t bytes, const AllGatherArgs& args,
                       int root);
   void broadcast_scatter(GroupState& group, uint8_t* data, const AllGatherArgs& args, int root);
@@ -86,5 +91,7 @@ AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t 
 
 // RDMACOLL_ALGO (auto|rd|bruck|ring|direct) resolved for a group of p ranks.
 schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
+// The algorithm RDMACOLL_ALGO names, or nullopt for auto.
+const std::optional<schedule::Algorithm>& forced_algorithm();
 
 }  // namespace rdmacoll::engine

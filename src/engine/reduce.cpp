@@ -154,6 +154,32 @@ std::string reduce_unsupported(ReduceOp op, DType dtype) {
   return "";
 }
 
+void divide_elements(void* data, DType dtype, size_t n, int p) {
+  switch (dtype) {
+    case DType::Float32:
+      for (size_t i = 0; i < n; ++i)
+        static_cast<float*>(data)[i] /= static_cast<float>(p);
+      return;
+    case DType::Float64:
+      for (size_t i = 0; i < n; ++i)
+        static_cast<double*>(data)[i] /= static_cast<double>(p);
+      return;
+    case DType::Float16:
+    case DType::BFloat16: {
+      const bool half = dtype == DType::Float16;
+      auto* v = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < n; ++i) {
+        const float f = (half ? detail::half_to_float(v[i]) : detail::bfloat16_to_float(v[i])) /
+                        static_cast<float>(p);
+        v[i] = half ? detail::float_to_half(f) : detail::float_to_bfloat16(f);
+      }
+      return;
+    }
+    default:
+      return;  // AVG is refused for other dtypes before any data moves
+  }
+}
+
 void reduce_chunks(void* dst, const void* chunks, DType dtype, ReduceOp op, int p, size_t n) {
   std::vector<const void*> ptrs(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r)

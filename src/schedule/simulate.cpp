@@ -2,17 +2,19 @@
 
 #include <algorithm>
 
+#include "schedule/reduce_scatter.hpp"
+
 namespace rdmacoll::schedule {
 
-SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vector<int>& order,
-                   uint64_t m, const AlphaBeta& ab) {
+namespace {
+
+// Counts and times every rank's schedule (index = rank); a transfer moves count x m bytes.
+SimResult simulate_schedules(const std::vector<Schedule>& all, const std::vector<int>& host_of,
+                             uint64_t m, const AlphaBeta& ab) {
   const int p = static_cast<int>(host_of.size());
   const int hosts = p ? *std::max_element(host_of.begin(), host_of.end()) + 1 : 0;
   SimResult r;
   r.offhost_bytes.assign(hosts, 0);
-  std::vector<Schedule> all;
-  for (int rank = 0; rank < p; ++rank)
-    all.push_back(make_schedule(a, order, rank));
   r.steps = p ? static_cast<int>(all[0].steps.size()) : 0;
   for (int s = 0; s < r.steps; ++s) {
     // A rank's writes in a step go out one after another; a host's off-host bytes share its NIC.
@@ -45,6 +47,28 @@ SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vect
   for (uint64_t b : r.offhost_bytes)
     r.total_offhost += b;
   return r;
+}
+
+}  // namespace
+
+SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vector<int>& order,
+                   uint64_t m, const AlphaBeta& ab) {
+  std::vector<Schedule> all;
+  for (int rank = 0; rank < static_cast<int>(host_of.size()); ++rank)
+    all.push_back(make_schedule(a, order, rank));
+  return simulate_schedules(all, host_of, m, ab);
+}
+
+SimResult simulate_reduce_scatter(Algorithm a, const std::vector<int>& host_of,
+                                  const std::vector<int>& order, uint64_t piece_bytes,
+                                  const AlphaBeta& ab) {
+  std::vector<Schedule> all;
+  const int p = static_cast<int>(host_of.size());
+  for (int rank = 0; rank < p; ++rank) {
+    all.push_back(a == Algorithm::Ring ? ring_reduce_scatter(order, rank)
+                                       : direct_reduce_scatter(p, rank));
+  }
+  return simulate_schedules(all, host_of, piece_bytes, ab);
 }
 
 }  // namespace rdmacoll::schedule

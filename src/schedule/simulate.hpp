@@ -1,6 +1,6 @@
 #pragma once
-// A byte-counting simulator for all-gather schedules: steps, bytes each host sends off-host,
-// and an alpha-beta time estimate with separate intra- and inter-host parameters.
+// A byte-counting simulator for all-gather and reduce-scatter schedules: steps, bytes each host
+// sends off-host, and an alpha-beta time estimate with separate intra- and inter-host parameters.
 
 #include <cstdint>
 #include <vector>
@@ -26,5 +26,10 @@ struct SimResult {
 // host_of[rank] = host index; `order` is the virtual order the schedule is built with.
 SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vector<int>& order,
                    uint64_t bytes_per_rank, const AlphaBeta& ab = {});
+// The reduce-scatter's (Direct or Ring, schedule/reduce_scatter.hpp) of pieces of
+// `piece_bytes` (the output's bytes per rank).
+SimResult simulate_reduce_scatter(Algorithm a, const std::vector<int>& host_of,
+                                  const std::vector<int>& order, uint64_t piece_bytes,
+                                  const AlphaBeta& ab = {});
 
 }  // namespace rdmacoll::schedule

@@ -67,6 +67,37 @@ TEST(ReduceScatter, SixteenMiBInRoundsAndSubgroups) {
   }));
 }
 
+// The ring reduce-scatter (what groups spanning hosts use), forced on one host: every dtype
+// and operator past the eager limit, odd and even group sizes, and all_reduce through it.
+TEST(ReduceScatter, RingEveryDtypeAndOperator) {
+  testing::RunOptions opt;
+  opt.env = {{"RDMACOLL_ALGO", "ring"}};
+  expect_all_ok(run_ranks(
+      5,
+      [](int rank, int) {
+        Group four = new_group({0, 1, 3, 4});
+        int iter = 0;
+        for (DType dt : kAllDTypes) {
+          for (ReduceOp op : kOps) {
+            if (!supported(op, dt) || op == ReduceOp::Product) continue;  // 3^5 overflows int8
+            reduce_scatter_and_check({}, 20000, dt, op, iter, static_cast<Layout>(iter % 3));
+            if (rank != 2)
+              reduce_scatter_and_check(four, 30000, dt, op, iter, static_cast<Layout>(iter % 3));
+            ++iter;
+          }
+        }
+        reduce_scatter_and_check({}, (4 << 20) / 4 + 3, DType::Float32, ReduceOp::Sum, 0,
+                                 Layout::Flat);  // two rounds
+        Tensor t = zeros({100003});
+        for (int64_t i = 0; i < t.numel(); ++i)
+          t.set(i, rank + i % 7);
+        all_reduce(t);
+        for (int64_t i = 0; i < t.numel(); ++i)
+          RANK_CHECK(t.item(i) == 10 + 5 * (i % 7), "all_reduce element " << i);
+      },
+      opt));
+}
+
 TEST(ReduceScatterErrors, BadInputRaisesOnEveryRankAndWritesNothing) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     auto rejected = [&](Tensor& out, const Tensor& in, ReduceOp op, const std::string& needle) {

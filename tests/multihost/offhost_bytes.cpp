@@ -1,7 +1,9 @@
 // One rank of a multi-host run (tests/multihost/run.sh): all_gather_into_tensor of M bytes per
 // rank, every element checked; then rank 0 sums, per host, the bytes the transport counted as
 // written to ranks on other hosts and compares them with the simulator's prediction for the
-// algorithm and rank order the engine used.   offhost_bytes BYTES_PER_RANK
+// algorithm and rank order the engine used.   offhost_bytes BYTES_PER_RANK [reduce_scatter]
+// With reduce_scatter: reduce_scatter_tensor (int32 SUM) of BYTES_PER_RANK of output per rank,
+// against the simulator's reduce-scatter (the host-major ring across hosts).
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,18 +20,33 @@ using namespace rdmacoll;
 
 int main(int argc, char** argv) {
   const int64_t bytes = argc > 1 ? std::atoll(argv[1]) : 65536;
+  const bool rs = argc > 2 && std::string(argv[2]) == "reduce_scatter";
   init_process_group();
   const int rank = get_rank(), world = get_world_size();
   const int64_t n = bytes / 4;
-  Tensor in = zeros({n}, DType::Int32);
-  for (int64_t i = 0; i < n; ++i)
-    in.set(i, (rank * 131 + i) % 1000);
-  Tensor out = zeros({world * n}, DType::Int32);
-  all_gather_into_tensor(out, in);
   int64_t wrong = 0;
-  for (int r = 0; r < world; ++r) {
+  if (rs) {
+    Tensor in = zeros({world * n}, DType::Int32);
+    for (int64_t i = 0; i < world * n; ++i)
+      in.set(i, (rank * 131 + i) % 1000);
+    Tensor out = zeros({n}, DType::Int32);
+    reduce_scatter_tensor(out, in);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t want = 0;
+      for (int r = 0; r < world; ++r)
+        want += (r * 131 + rank * n + i) % 1000;
+      wrong += out.item(i) != want;
+    }
+  } else {
+    Tensor in = zeros({n}, DType::Int32);
     for (int64_t i = 0; i < n; ++i)
-      wrong += out.item(r * n + i) != (r * 131 + i) % 1000;
+      in.set(i, (rank * 131 + i) % 1000);
+    Tensor out = zeros({world * n}, DType::Int32);
+    all_gather_into_tensor(out, in);
+    for (int r = 0; r < world; ++r) {
+      for (int64_t i = 0; i < n; ++i)
+        wrong += out.item(r * n + i) != (r * 131 + i) % 1000;
+    }
   }
   // Off-host bytes this rank wrote, read before anything else is written.
   std::vector<std::string> hosts;
@@ -54,8 +71,15 @@ int main(int argc, char** argv) {
       for (int r = 0; r < world; ++r)
         order[r] = r;
     }
+    // The reduce-scatter rides the host-major ring across hosts (3 ranks or more), else the
+    // direct round.
+    const schedule::Algorithm rs_algo =
+        layout.hosts > 1 && world > 2 ? schedule::Algorithm::Ring : schedule::Algorithm::Direct;
     const auto predicted =
-        schedule::simulate(a, layout.host_of, order, static_cast<uint64_t>(n) * 4);
+        rs ? schedule::simulate_reduce_scatter(rs_algo, layout.host_of,
+                                               topology::host_major_order(layout),
+                                               static_cast<uint64_t>(n) * 4)
+           : schedule::simulate(a, layout.host_of, order, static_cast<uint64_t>(n) * 4);
     std::vector<int64_t> measured(layout.hosts, 0);
     for (int r = 0; r < world; ++r) {
       measured[layout.host_of[r]] += static_cast<int64_t>(all.item(2 * r));
@@ -64,8 +88,9 @@ int main(int argc, char** argv) {
         rc = 1;
       }
     }
-    std::printf("%d ranks on %d hosts, %lld bytes per rank, algorithm %s\n", world, layout.hosts,
-                static_cast<long long>(n * 4), schedule::algorithm_name(a).c_str());
+    std::printf("%d ranks on %d hosts, %lld bytes per rank, %s %s\n", world, layout.hosts,
+                static_cast<long long>(n * 4), rs ? "reduce_scatter" : "all_gather",
+                schedule::algorithm_name(rs ? rs_algo : a).c_str());
     for (int h = 0; h < layout.hosts; ++h) {
       const bool ok = measured[h] == static_cast<int64_t>(predicted.offhost_bytes[h]);
       std::printf("  host %d: off-host bytes measured %lld, simulator %llu %s\n", h,

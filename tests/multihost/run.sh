@@ -36,19 +36,20 @@ for i in $(seq 1 $hosts_max); do
 done
 
 failures=0
-# run HOSTS RANKS_PER_HOST BYTES [VAR=VALUE...]: ranks numbered host by host.
+# run HOSTS RANKS_PER_HOST BYTES [VAR=VALUE...]: ranks numbered host by host. OP (all_gather,
+# reduce_scatter) from the environment.
 run() {
-  local hosts=$1 k=$2 bytes=$3
+  local hosts=$1 k=$2 bytes=$3 op=${OP:-all_gather}
   shift 3
   local world=$((hosts * k)) port=$((20000 + RANDOM % 10000)) pids=() rc=0 log
   log=$(mktemp)
-  echo "== $hosts hosts x $k ranks, $bytes bytes per rank $*"
+  echo "== $op: $hosts hosts x $k ranks, $bytes bytes per rank $*"
   for r in $(seq 0 $((world - 1))); do
     local h=$((r / k))
     ip netns exec "$prefix-h$((h + 1))" env "$@" RANK=$r WORLD_SIZE=$world LOCAL_RANK=$((r % k)) \
       MASTER_ADDR=10.79.0.11 MASTER_PORT=$port RDMACOLL_HOST_ID="host$h" RDMACOLL_TIMEOUT_S=60 \
       UCX_TLS=tcp UCX_NET_DEVICES=eth0 UCX_WARN_UNUSED_ENV_VARS=n \
-      timeout -k 5 120 "$prog" "$bytes" >>"$log" 2>&1 &
+      timeout -k 5 120 "$prog" "$bytes" "$op" >>"$log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -64,5 +65,8 @@ run 2 2 1048576 RDMACOLL_ALGO=ring
 run 2 2 4096 RDMACOLL_ALGO=bruck
 run 3 1 1048576
 run 3 2 8192
+OP=reduce_scatter run 2 2 65536
+OP=reduce_scatter run 3 2 8192
+OP=reduce_scatter run 2 1 65536
 echo "multihost: $failures failed run(s)"
 [ $failures -eq 0 ]
