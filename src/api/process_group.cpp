@@ -39,6 +39,7 @@ struct Context {
   std::chrono::milliseconds timeout{kDefaultTimeout};
   std::unique_ptr<bootstrap::StoreServer> server;  // rank 0 only
   std::shared_ptr<Store> store;                    // ours (a StoreClient) or the caller's
+  bool own_store = false;                          // a StoreClient of rank 0's StoreServer
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<engine::Engine> engine;
   std::shared_ptr<GroupState> world;
@@ -151,10 +152,11 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
                     " did not join the rendezvous at the " + store_addr + " within " +
                     std::to_string(ctx.timeout.count()) + " ms");
     } catch (const PeerFailure& e) {
-      // Rank 0 hosts the store: it gave up (its own timeout came first) or died.
+      // Rank 0 hosts our store: it gave up (its own timeout came first) or died.
       throw PeerFailure("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
-                        std::to_string(ctx.world_size) + "): the " + store_addr +
-                        " went away while rank " + std::to_string(r) +
+                        std::to_string(ctx.world_size) +
+                        "): " + (ctx.own_store ? "rank 0, the rendezvous host, at the " : "the ") +
+                        store_addr + " went away while rank " + std::to_string(r) +
                         " had not joined yet: " + e.what());
     }
   }
