@@ -323,6 +323,7 @@ void init_process_group(const InitOptions& options) {
       ctx->server = std::make_unique<bootstrap::StoreServer>("0.0.0.0", rv.master_port);
     }
     ctx->store = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline);
+    ctx->own_store = true;
   }
 
   // A stale store from an earlier job on the same port would mix up ranks: check world size.

@@ -71,9 +71,10 @@ void GroupQueue::worker() {
       error = std::current_exception();
     }
     item.op = nullptr;  // drop the operation's captures (tensors) before reporting completion
+    // Idle before the waiter wakes: its next blocking call then runs on its own thread.
+    busy_.store(false, std::memory_order_release);
     item.work->finish(error);
     lock.lock();
-    busy_.store(false, std::memory_order_release);
     cv_.notify_all();
   }
 }
