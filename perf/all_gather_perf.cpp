@@ -286,7 +286,8 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
   }
   int64_t total_wrong = 0;
   const size_t step = rs ? es * world : es;  // reduce_scatter: whole elements per rank
-  for (size_t bytes = std::max(o.min_bytes, step); bytes <= o.max_bytes;
+  // At least one size runs: 8 B on 4 ranks is one float each (16 B of input).
+  for (size_t bytes = std::max(o.min_bytes, step); bytes <= std::max(o.max_bytes, step);
        bytes = std::max(bytes + step, static_cast<size_t>(bytes * o.factor))) {
     const int64_t count = static_cast<int64_t>(bytes / step) * (rs ? world : 1);
     Tensor t = zeros({count}, o.dtype);

@@ -6,6 +6,7 @@ packages=(
   libucx-dev ucx-utils            # UCX transport (shared memory, TCP)
   libhwloc-dev                    # topology
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core  # verbs transport
+  libssl-dev                      # the store's authentication (HMAC, random nonces)
   libgtest-dev googletest         # tests
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
   hwloc                           # lstopo, to inspect topology files

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/store.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "engine/reduce.hpp"
@@ -69,16 +71,10 @@ Context& require_context(const char* what) {
   return *ctx;
 }
 
+// At least 1 ms; at most 30 days, so deadlines never overflow.
 std::chrono::milliseconds timeout_from_env() {
-  const char* v = std::getenv("RDMACOLL_TIMEOUT_S");
-  if (!v || !*v) return kDefaultTimeout;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (*end != '\0' || !(s > 0)) {
-    throw InvalidArgument("RDMACOLL_TIMEOUT_S: expected a positive number of seconds, got '" +
-                          std::string(v) + "'");
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  return settings::env_duration("RDMACOLL_TIMEOUT_S", kDefaultTimeout, std::chrono::milliseconds(1),
+                                std::chrono::hours(24 * 30));
 }
 
 transport::TransportKind transport_from_env() {
@@ -122,45 +118,216 @@ GroupState& resolve(const Group& group, const char* what) {
   return g;
 }
 
+// A rank that finds the job misconfigured (world sizes, settings, a malformed address) posts
+// why under this key, so that ranks waiting in the rendezvous raise at once, not at the timeout.
+constexpr const char* kAbortKey = "rdmacoll/abort";
+
+// After a failure every rank should see, how long rank 0 keeps its store up for the others
+// to read why (they look every 250 ms while they wait in the rendezvous).
+std::chrono::milliseconds abort_grace(const Context& ctx) {
+  return std::min<std::chrono::milliseconds>(ctx.timeout, std::chrono::seconds(10));
+}
+
+// Counts this rank among those that know of the abort; the last one tells rank 0.
+void acknowledge_abort(Context& ctx) {
+  try {
+    if (ctx.store->add("rdmacoll/abort_seen", 1) >= ctx.world_size) {
+      ctx.store->set("rdmacoll/abort_all_seen", std::string("1"));
+    }
+  } catch (const Error&) {
+  }
+}
+
+[[noreturn]] void abort_rendezvous(Context& ctx, const std::string& why) {
+  try {
+    if (!ctx.store->check(kAbortKey)) {
+      ctx.store->set(kAbortKey, "rank " + std::to_string(ctx.rank) + ": " + why);
+    }
+    acknowledge_abort(ctx);
+    // Rank 0's store goes with it: keep it up until every rank has read why.
+    if (ctx.server) ctx.store->get("rdmacoll/abort_all_seen", abort_grace(ctx));
+  } catch (const Error&) {
+  }
+  throw InvalidArgument(why);
+}
+
 // Waits (through the store) until every rank has published `prefix`<rank>; on timeout names
-// the ranks that never arrived.
+// the ranks that never arrived. Waits in slices, raising as soon as a rank posts an abort.
 std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& prefix) {
+  constexpr std::chrono::milliseconds kSlice(250);
   const std::string store_addr = ctx.store->describe();
+  const std::string where = "init_process_group (rank " + std::to_string(ctx.rank) + " of " +
+                            std::to_string(ctx.world_size) + ")";
   std::vector<transport::Bytes> addrs(ctx.world_size);
   const auto deadline = transport::Clock::now() + ctx.timeout;
   for (int r = 0; r < ctx.world_size; ++r) {
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - transport::Clock::now());
-    try {
-      addrs[r] =
-          ctx.store->get(prefix + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
-    } catch (const Timeout&) {
-      // Ranks before r have arrived; of the rest, ask the store which are still missing. If
-      // rank 0 has given up too and taken the store down, all of them are suspects.
-      std::vector<int> missing;
+    for (bool got = false; !got;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - transport::Clock::now());
       try {
-        for (int m = r; m < ctx.world_size; ++m) {
-          if (!ctx.store->check(prefix + std::to_string(m))) missing.push_back(m);
+        addrs[r] = ctx.store->get(prefix + std::to_string(r),
+                                  std::clamp(left, std::chrono::milliseconds(1), kSlice));
+        got = true;
+      } catch (const Timeout&) {
+        if (ctx.store->check(kAbortKey)) {
+          const std::string why = ctx.store->get_string(kAbortKey, kSlice);
+          acknowledge_abort(ctx);
+          throw InvalidArgument(where + ": the job gave up: " + why);
         }
-      } catch (const Error&) {
-        missing.clear();
-        for (int m = r; m < ctx.world_size; ++m)
-          missing.push_back(m);
+        if (transport::Clock::now() < deadline) continue;
+        // Ranks before r have arrived; of the rest, ask the store which are still missing. If
+        // rank 0 has given up too and taken the store down, all of them are suspects.
+        std::vector<int> missing;
+        try {
+          for (int m = r; m < ctx.world_size; ++m) {
+            if (!ctx.store->check(prefix + std::to_string(m))) missing.push_back(m);
+          }
+        } catch (const Error&) {
+          missing.clear();
+          for (int m = r; m < ctx.world_size; ++m)
+            missing.push_back(m);
+        }
+        throw Timeout(where + ": ranks " + join(missing) + " did not join the rendezvous at the " +
+                      store_addr + " within " + std::to_string(ctx.timeout.count()) + " ms");
+      } catch (const PeerFailure& e) {
+        // Rank 0 hosts our store: it gave up (its own timeout came first) or died.
+        throw PeerFailure(where + ": " +
+                          (ctx.own_store ? "rank 0, the rendezvous host, at the " : "the ") +
+                          store_addr + " went away while rank " + std::to_string(r) +
+                          " had not joined yet: " + e.what());
       }
-      throw Timeout("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
-                    std::to_string(ctx.world_size) + "): ranks " + join(missing) +
-                    " did not join the rendezvous at the " + store_addr + " within " +
-                    std::to_string(ctx.timeout.count()) + " ms");
-    } catch (const PeerFailure& e) {
-      // Rank 0 hosts our store: it gave up (its own timeout came first) or died.
-      throw PeerFailure("init_process_group (rank " + std::to_string(ctx.rank) + " of " +
-                        std::to_string(ctx.world_size) +
-                        "): " + (ctx.own_store ? "rank 0, the rendezvous host, at the " : "the ") +
-                        store_addr + " went away while rank " + std::to_string(r) +
-                        " had not joined yet: " + e.what());
     }
   }
   return addrs;
+}
+
+// The settings every rank must share, as "NAME=value" lines (unset: empty).
+std::string shared_settings(const Context& ctx) {
+  std::string out = "WORLD_SIZE=" + std::to_string(ctx.world_size) + "\n";
+  for (const char* name :
+       {"RDMACOLL_TRANSPORT", "RDMACOLL_EAGER_LIMIT", "RDMACOLL_ALGO", "RDMACOLL_TOPOLOGY"}) {
+    const char* v = std::getenv(name);
+    out += std::string(name) + "=" + (v ? v : "") + "\n";
+  }
+  return out;
+}
+
+// Every rank compares every rank's settings, so all raise the same error at once, naming the
+// variable and each rank's value.
+void check_shared_settings(Context& ctx) {
+  ctx.store->set("rdmacoll/settings/" + std::to_string(ctx.rank), shared_settings(ctx));
+  const auto all = gather_from_all(ctx, "rdmacoll/settings/");
+  auto lines = [](const transport::Bytes& b) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (uint8_t c : b) {
+      if (c == '\n') {
+        out.push_back(cur);
+        cur.clear();
+      } else {
+        cur += static_cast<char>(c);
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string> ref = lines(all[0]);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const std::string name = ref[i].substr(0, ref[i].find('='));
+    std::string values;
+    bool differ = false;
+    for (int r = 0; r < ctx.world_size; ++r) {
+      const std::vector<std::string> mine = lines(all[r]);
+      const std::string line = i < mine.size() ? mine[i] : name + "=?";
+      differ |= line != ref[i];
+      values += (r ? ", rank " : "rank ") + std::to_string(r) + " '" +
+                line.substr(line.find('=') + 1) + "'";
+    }
+    if (differ) {
+      abort_rendezvous(ctx, "init_process_group: ranks disagree on " + name + " (" + values +
+                                "); every rank must use the same value");
+    }
+  }
+}
+
+// Transport addresses travel wrapped: magic, version, the publishing rank and the transport's
+// name, checked before any transport parses the rest.
+constexpr uint32_t kAddressMagic = 0x52444144;  // "RDAD"
+constexpr uint32_t kAddressVersion = 1;
+
+transport::Bytes wrap_address(int rank, const std::string& transport, const transport::Bytes& a) {
+  const uint32_t header[4] = {kAddressMagic, kAddressVersion, static_cast<uint32_t>(rank),
+                              static_cast<uint32_t>(transport.size())};
+  // One allocation, filled by memcpy (GCC 12 warns falsely on vector::insert of a string).
+  transport::Bytes out(sizeof header + transport.size() + a.size());
+  std::memcpy(out.data(), header, sizeof header);
+  std::memcpy(out.data() + sizeof header, transport.data(), transport.size());
+  if (!a.empty()) std::memcpy(out.data() + sizeof header + transport.size(), a.data(), a.size());
+  return out;
+}
+
+transport::Bytes unwrap_address(Context& ctx, int rank, const std::string& transport,
+                                const transport::Bytes& in) {
+  uint32_t header[4] = {};
+  if (in.size() >= sizeof header) std::memcpy(header, in.data(), sizeof header);
+  const std::string where = "init_process_group (rank " + std::to_string(ctx.rank) + "): ";
+  if (in.size() < sizeof header || header[0] != kAddressMagic || header[1] != kAddressVersion ||
+      header[3] > 64 || in.size() < sizeof header + header[3] + 8) {
+    abort_rendezvous(ctx, where + "the transport address published for rank " +
+                              std::to_string(rank) + " at the " + ctx.store->describe() +
+                              " is malformed (" + std::to_string(in.size()) +
+                              " bytes); not an rdmacoll rank of this version");
+  }
+  if (header[2] != static_cast<uint32_t>(rank)) {
+    abort_rendezvous(ctx, where + "the transport address under rank " + std::to_string(rank) +
+                              "'s key names rank " + std::to_string(header[2]));
+  }
+  const std::string theirs(reinterpret_cast<const char*>(in.data()) + sizeof header, header[3]);
+  if (theirs != transport) {
+    abort_rendezvous(ctx, where + "rank " + std::to_string(rank) + " uses the " + theirs +
+                              " transport, this rank " + transport +
+                              "; every rank must use the same RDMACOLL_TRANSPORT");
+  }
+  return transport::Bytes(in.begin() + static_cast<ptrdiff_t>(sizeof header + header[3]), in.end());
+}
+
+// The job's secret and id: RDMACOLL_AUTH_TOKEN; RDMACOLL_JOB_ID, else the launcher's own
+// (torchrun's run id, Slurm's job id, Open MPI's job id), else none.
+bootstrap::StoreCredentials store_credentials() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  bootstrap::StoreCredentials c;
+  c.token = env("RDMACOLL_AUTH_TOKEN");
+  for (const char* name :
+       {"RDMACOLL_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"}) {
+    c.job_id = env(name);
+    if (!c.job_id.empty()) break;
+  }
+  return c;
+}
+
+// Every rank number is claimed once: a second claimant (a second job on the same port, a
+// launcher that gave two processes one RANK) raises, naming both.
+void claim_rank(Context& ctx) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host;
+  const std::string key = "rdmacoll/claim/" + std::to_string(ctx.rank);
+  if (ctx.store->add(key, 1) == 1) {
+    ctx.store->set(key + "/by", me);
+    return;
+  }
+  std::string first = "another process";
+  try {
+    first = ctx.store->get_string(key + "/by", std::chrono::seconds(5));
+  } catch (const Error&) {
+  }
+  throw InvalidArgument("init_process_group: rank " + std::to_string(ctx.rank) +
+                        " is claimed twice: first by " + first + ", now by " + me + " at the " +
+                        ctx.store->describe() +
+                        "; two jobs on one MASTER_ADDR:MASTER_PORT, or two processes with one "
+                        "RANK? (RDMACOLL_JOB_ID tells jobs apart)");
 }
 
 // RDMACOLL_TRANSPORT=auto takes verbs only when every rank has an ACTIVE RDMA port, so that
@@ -195,9 +362,8 @@ engine::SpinPolicy spin_policy(const Context& ctx) {
   engine::SpinPolicy policy;
   policy.yield = local > cpus;
   policy.duration = std::chrono::microseconds(policy.yield ? 2000 : 200);
-  if (const char* v = std::getenv("RDMACOLL_SPIN_US"); v && *v) {
-    policy.duration = std::chrono::microseconds(std::max(0L, std::atol(v)));
-  }
+  policy.duration = std::chrono::microseconds(settings::env_uint(
+      "RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count()), 0, 10'000'000));
   return policy;
 }
 
@@ -314,27 +480,43 @@ void init_process_group(const InitOptions& options) {
     }
   }
   ctx->timeout = options.timeout ? *options.timeout : timeout_from_env();
+  // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
+  (void)engine::eager_limit(2);
+  (void)engine::forced_algorithm();
+  (void)flat_topology();
   const auto deadline = transport::Clock::now() + ctx->timeout;
   if (options.store) {
     ctx->store = options.store;
   } else {
+    const bootstrap::StoreCredentials credentials = store_credentials();
     if (ctx->rank == 0) {
-      // Listen on every address: MASTER_ADDR names how others reach us, not where to bind.
-      ctx->server = std::make_unique<bootstrap::StoreServer>("0.0.0.0", rv.master_port);
+      // Bound where the job says rank 0 is reached (MASTER_ADDR), not on every interface.
+      const char* bind = std::getenv("RDMACOLL_STORE_BIND");
+      ctx->server = std::make_unique<bootstrap::StoreServer>(bind && *bind ? bind : rv.master_addr,
+                                                             rv.master_port, credentials);
+      if (credentials.token.empty()) {
+        log::info("rank 0: the rendezvous store on " +
+                  std::string(bind && *bind ? bind : rv.master_addr) + ":" +
+                  std::to_string(rv.master_port) +
+                  " is open to anyone who can connect (no RDMACOLL_AUTH_TOKEN)");
+      }
     }
-    ctx->store = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline);
+    ctx->store = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline,
+                                                          credentials);
     ctx->own_store = true;
   }
+  claim_rank(*ctx);
 
   // A stale store from an earlier job on the same port would mix up ranks: check world size.
   const std::string size_key = "rdmacoll/world_size";
   if (ctx->rank == 0) ctx->store->set(size_key, std::to_string(ctx->world_size));
   const std::string their_size = ctx->store->get_string(size_key, ctx->timeout);
   if (their_size != std::to_string(ctx->world_size)) {
-    throw InvalidArgument("init_process_group: rank " + std::to_string(ctx->rank) +
-                          " has world size " + std::to_string(ctx->world_size) +
-                          " but rank 0 has " + their_size);
+    abort_rendezvous(*ctx, "init_process_group: rank " + std::to_string(ctx->rank) +
+                               " has world size " + std::to_string(ctx->world_size) +
+                               " but rank 0 has " + their_size);
   }
+  check_shared_settings(*ctx);
 
   // Where every rank runs (hwloc): host, NUMA node, nearest NIC; drives the rank orders.
   const topology::LocalPlacement here = topology::probe();
@@ -345,9 +527,14 @@ void init_process_group(const InitOptions& options) {
   // Serialized: groups run on their own threads (async work, several caller threads).
   ctx->transport =
       transport::make_serialized(transport::create_transport(agree_on_transport(*ctx), here.nic));
-  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
-                  ctx->transport->address(ctx->rank, ctx->world_size));
-  ctx->transport->connect(ctx->rank, gather_from_all(*ctx, "rdmacoll/addr/"));
+  const std::string kind = ctx->transport->name();
+  ctx->store->set(
+      "rdmacoll/addr/" + std::to_string(ctx->rank),
+      wrap_address(ctx->rank, kind, ctx->transport->address(ctx->rank, ctx->world_size)));
+  std::vector<transport::Bytes> addresses = gather_from_all(*ctx, "rdmacoll/addr/");
+  for (int r = 0; r < ctx->world_size; ++r)
+    addresses[r] = unwrap_address(*ctx, r, kind, addresses[r]);
+  ctx->transport->connect(ctx->rank, addresses);
   ctx->engine = std::make_unique<engine::Engine>(*ctx->transport, spin_policy(*ctx));
 
   ctx->generation = next_generation();

@@ -8,12 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/socket_util.hpp"
 #include "rdmacoll/errors.hpp"
 
@@ -31,7 +33,7 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 16);
 
-enum Status : uint8_t { kOk = 0, kMissing = 1 };
+enum Status : uint8_t { kOk = 0, kMissing = 1, kRejected = 2 };
 
 Bytes make_frame(uint8_t op, uint8_t status, const std::string& key, const Bytes& value) {
   FrameHeader h{kStoreMagic,
@@ -60,7 +62,13 @@ void set_nodelay(int fd) {
 
 struct Connection {
   int fd;
+  bool proven = false;  // answered the challenge
   Bytes inbuf;
+  Bytes outbuf;  // queued replies; out_sent of them already written
+  size_t out_sent = 0;
+  bool closing = false;        // drop once outbuf is flushed (a rejection)
+  Clock::time_point deadline;  // for the Hello, then for a frame begun in inbuf
+  size_t buffered() const { return inbuf.size() + outbuf.size() - out_sent; }
 };
 
 struct PendingGet {
@@ -69,23 +77,109 @@ struct PendingGet {
   Clock::time_point deadline;  // the server answers "missing" then, keeping the stream in step
 };
 
-// Server-side state, touched only by the server thread.
+// Server-side state, touched only by the server thread. Replies go to per-connection queues;
+// serve() writes them when the socket takes them.
 class StoreState {
  public:
-  // Handles complete frames in c.inbuf; returns false when the connection must be dropped.
+  StoreState(const StoreCredentials& creds, const StoreLimits& limits)
+      : creds_(creds), limits_(limits) {}
+
+  void accept(int fd) {
+    Connection& c = conns_[fd];
+    c.fd = fd;
+    c.deadline = Clock::now() + limits_.hello_deadline;
+    nonce_[fd] = random_bytes(kNonceBytes);
+    queue(c, StoreOp::Challenge, creds_.token.empty() ? 0 : 1, nonce_[fd]);
+  }
+  size_t connections() const { return conns_.size(); }
+  std::map<int, Connection>& conns() { return conns_; }
+
+  // Takes bytes read from c; false when the connection must be dropped (`why` says why, empty
+  // for an orderly end).
+  bool receive(Connection& c, const uint8_t* data, size_t n, std::string& why) {
+    // A frame begins: it must end within the frame deadline (before the Hello, the Hello's
+    // own deadline from the accept stays).
+    if (c.proven && c.inbuf.empty()) c.deadline = Clock::now() + limits_.frame_deadline;
+    if (c.buffered() + n > limits_.max_buffered_per_connection ||
+        total_buffered() + n > limits_.max_buffered_total) {
+      why = "more than the store buffers for one client";
+      return false;
+    }
+    c.inbuf.insert(c.inbuf.end(), data, data + n);
+    return consume(c, why);
+  }
+
+  // Answers expired waits and drops connections past their deadline; returns the poll timeout
+  // (ms) until the next deadline, -1 if none.
+  int expire(std::vector<std::pair<int, std::string>>& drop) {
+    const auto now = Clock::now();
+    std::erase_if(pending_, [&](const PendingGet& p) {
+      if (p.deadline > now) return false;
+      auto it = conns_.find(p.fd);
+      if (it != conns_.end()) queue(it->second, StoreOp::Get, kMissing, {});
+      return true;
+    });
+    Clock::time_point next = Clock::time_point::max();
+    for (auto& [fd, c] : conns_) {
+      const bool waiting = !c.proven || !c.inbuf.empty();  // a Hello or a frame is due
+      if (!waiting) continue;
+      if (c.deadline <= now) {
+        drop.push_back({fd, c.proven ? "a frame it never finished" : "no answer to the challenge"});
+      } else {
+        next = std::min(next, c.deadline);
+      }
+    }
+    for (const auto& p : pending_)
+      next = std::min(next, p.deadline);
+    if (next == Clock::time_point::max()) return -1;
+    return static_cast<int>(std::min<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1, 1 << 30));
+  }
+
+  void drop(int fd) {
+    std::erase_if(pending_, [fd](const PendingGet& p) { return p.fd == fd; });
+    conns_.erase(fd);
+    nonce_.erase(fd);
+  }
+
+ private:
+  size_t total_buffered() const {
+    size_t t = 0;
+    for (const auto& [fd, c] : conns_)
+      t += c.buffered();
+    return t;
+  }
+
+  void queue(Connection& c, StoreOp op, uint8_t status, const Bytes& value) {
+    const Bytes f = make_frame(static_cast<uint8_t>(op), status, {}, value);
+    if (c.out_sent == c.outbuf.size()) {
+      c.outbuf.clear();
+      c.out_sent = 0;
+    }
+    c.outbuf.insert(c.outbuf.end(), f.begin(), f.end());
+  }
+
+  void reject(Connection& c, const std::string& why) {
+    queue(c, StoreOp::Hello, kRejected, Bytes(why.begin(), why.end()));
+    c.closing = true;
+  }
+
   bool consume(Connection& c, std::string& why) {
-    while (c.inbuf.size() >= sizeof(FrameHeader)) {
+    while (!c.closing && c.inbuf.size() >= sizeof(FrameHeader)) {
       FrameHeader h;
       std::memcpy(&h, c.inbuf.data(), sizeof h);
       if (h.magic != kStoreMagic) {
         why = "bad magic";
         return false;
       }
-      if (h.op < static_cast<uint8_t>(StoreOp::Set) || h.op > static_cast<uint8_t>(StoreOp::Ping)) {
+      if (h.op < static_cast<uint8_t>(StoreOp::Set) ||
+          h.op > static_cast<uint8_t>(StoreOp::Hello) ||
+          h.op == static_cast<uint8_t>(StoreOp::Challenge)) {
         why = "unknown op " + std::to_string(h.op);
         return false;
       }
-      if (h.key_len > kMaxKeyBytes || h.value_len > kMaxValueBytes) {
+      const size_t max_value = c.proven ? kMaxValueBytes : limits_.max_hello_frame;
+      if (h.key_len > kMaxKeyBytes || h.value_len > max_value) {
         why = "oversized frame (key " + std::to_string(h.key_len) + " B, value " +
               std::to_string(h.value_len) + " B)";
         return false;
@@ -96,61 +190,68 @@ class StoreState {
       Bytes value(c.inbuf.begin() + static_cast<ptrdiff_t>(sizeof h + h.key_len),
                   c.inbuf.begin() + static_cast<ptrdiff_t>(total));
       c.inbuf.erase(c.inbuf.begin(), c.inbuf.begin() + static_cast<ptrdiff_t>(total));
-      if (!handle(c.fd, static_cast<StoreOp>(h.op), key, std::move(value))) {
-        why = "reply failed";
+      c.deadline = Clock::now() + limits_.frame_deadline;  // for the next frame, once begun
+      const auto op = static_cast<StoreOp>(h.op);
+      if (!c.proven) {
+        if (op != StoreOp::Hello) {
+          why = "a request before answering the challenge";
+          return false;
+        }
+        hello(c, key, value);
+        continue;
+      }
+      if (op == StoreOp::Hello) {
+        why = "a second hello";
         return false;
       }
+      if (!handle(c, op, key, std::move(value), why)) return false;
     }
     return true;
   }
 
-  // Answers expired waits; returns the poll timeout (ms) until the next deadline, -1 if none.
-  int expire() {
-    const auto now = Clock::now();
-    std::erase_if(pending_, [&](const PendingGet& p) {
-      if (p.deadline > now) return false;
-      reply(p.fd, StoreOp::Get, kMissing, {});
-      return true;
-    });
-    int next = -1;
-    for (const auto& p : pending_) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now).count() + 1;
-      if (next < 0 || ms < next) next = static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+  void hello(Connection& c, const std::string& job_id, const Bytes& proof) {
+    if (job_id != creds_.job_id) {
+      return reject(c, "this rendezvous store belongs to job '" + creds_.job_id +
+                           "', and this process to job '" + job_id +
+                           "': two jobs on one MASTER_ADDR:MASTER_PORT? (RDMACOLL_JOB_ID, or the "
+                           "launcher's job id)");
     }
-    return next;
-  }
-
-  void drop(int fd) {
-    std::erase_if(pending_, [fd](const PendingGet& p) { return p.fd == fd; });
-  }
-
- private:
-  static bool reply(int fd, StoreOp op, uint8_t status, const Bytes& value) {
-    try {
-      send_all(fd, make_frame(static_cast<uint8_t>(op), status, {}, value).data(),
-               sizeof(FrameHeader) + value.size(), "store reply");
-      return true;
-    } catch (const Error&) {
-      return false;
+    if (creds_.token.empty() != proof.empty()) {
+      return reject(c, creds_.token.empty()
+                           ? "this rendezvous store was started without RDMACOLL_AUTH_TOKEN, "
+                             "and this process has one; every rank needs the same token"
+                           : "this rendezvous store requires RDMACOLL_AUTH_TOKEN, and this "
+                             "process has none");
     }
+    if (!creds_.token.empty() &&
+        !same_proof(proof, store_proof(creds_.token, nonce_[c.fd], job_id))) {
+      return reject(c,
+                    "authentication failed: this process's RDMACOLL_AUTH_TOKEN differs from "
+                    "rank 0's");
+    }
+    c.proven = true;
+    queue(c, StoreOp::Hello, kOk, {});
   }
 
-  bool handle(int fd, StoreOp op, const std::string& key, Bytes value) {
+  bool handle(Connection& c, StoreOp op, const std::string& key, Bytes value, std::string& why) {
     switch (op) {
       case StoreOp::Set: {
-        data_[key] = std::move(value);
-        bool ok = reply(fd, op, kOk, {});
+        if (!store(key, std::move(value), why)) return false;
+        queue(c, op, kOk, {});
         wake_waiters(key);
-        return ok;
+        return true;
       }
       case StoreOp::Get: {
         auto it = data_.find(key);
-        if (it != data_.end()) return reply(fd, op, kOk, it->second);
+        if (it != data_.end()) {
+          queue(c, op, kOk, it->second);
+          return true;
+        }
         int64_t timeout_ms = 0;
         if (value.size() == sizeof timeout_ms)
           std::memcpy(&timeout_ms, value.data(), sizeof timeout_ms);
-        pending_.push_back({fd, key, Clock::now() + std::chrono::milliseconds(timeout_ms)});
+        timeout_ms = std::clamp<int64_t>(timeout_ms, 0, int64_t{1} << 40);
+        pending_.push_back({c.fd, key, Clock::now() + std::chrono::milliseconds(timeout_ms)});
         return true;
       }
       case StoreOp::Add: {
@@ -161,41 +262,72 @@ class StoreState {
         if (it != data_.end() && it->second.size() == sizeof current) {
           std::memcpy(&current, it->second.data(), sizeof current);
         }
-        current += delta;
-        data_[key] = int_bytes(current);
-        bool ok = reply(fd, op, kOk, int_bytes(current));
+        current =
+            static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
+        if (!store(key, int_bytes(current), why)) return false;
+        queue(c, op, kOk, int_bytes(current));
         wake_waiters(key);
-        return ok;
+        return true;
       }
       case StoreOp::Check:
-        return reply(fd, op, data_.count(key) ? kOk : kMissing, {});
-      case StoreOp::Delete:
-        data_.erase(key);
-        return reply(fd, op, kOk, {});
+        queue(c, op, data_.count(key) ? kOk : kMissing, {});
+        return true;
+      case StoreOp::Delete: {
+        auto it = data_.find(key);
+        if (it != data_.end()) {
+          stored_ -= it->first.size() + it->second.size();
+          data_.erase(it);
+        }
+        queue(c, op, kOk, {});
+        return true;
+      }
       case StoreOp::Ping:
-        return reply(fd, op, kOk, value);
+        queue(c, op, kOk, value);
+        return true;
+      default:
+        why = "unexpected op";
+        return false;
     }
-    return false;
+  }
+
+  bool store(const std::string& key, Bytes value, std::string& why) {
+    auto it = data_.find(key);
+    const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+    if (stored_ - old + key.size() + value.size() > limits_.max_stored_bytes) {
+      why = "more than the store keeps (" + std::to_string(limits_.max_stored_bytes) + " bytes)";
+      return false;
+    }
+    stored_ = stored_ - old + key.size() + value.size();
+    data_[key] = std::move(value);
+    return true;
   }
 
   void wake_waiters(const std::string& key) {
     const Bytes& v = data_[key];
     std::erase_if(pending_, [&](const PendingGet& p) {
       if (p.key != key) return false;
-      reply(p.fd, StoreOp::Get, kOk, v);  // a failed reply surfaces on that fd's next poll
+      auto it = conns_.find(p.fd);
+      if (it != conns_.end()) queue(it->second, StoreOp::Get, kOk, v);
       return true;
     });
   }
 
+  const StoreCredentials& creds_;
+  const StoreLimits& limits_;
+  std::map<int, Connection> conns_;
+  std::map<int, Bytes> nonce_;
   std::map<std::string, Bytes> data_;
+  size_t stored_ = 0;
   std::vector<PendingGet> pending_;
 };
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, uint16_t port) {
+StoreServer::StoreServer(const std::string& host, uint16_t port, StoreCredentials credentials,
+                         StoreLimits limits)
+    : credentials_(std::move(credentials)), limits_(limits) {
   sockaddr_in addr = resolve_ipv4(host, port);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw Error("store: socket() failed: " + errno_string(errno));
   int one = 1;
   // SO_REUSEADDR only lets us rebind past TIME_WAIT; a live listener still gives EADDRINUSE.
@@ -203,9 +335,11 @@ StoreServer::StoreServer(const std::string& host, uint16_t port) {
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int err = errno;
     ::close(listen_fd_);
-    std::string hint = err == EADDRINUSE ? " - another process (or an earlier run) holds this "
-                                           "port; pick a free MASTER_PORT"
-                                         : "";
+    std::string hint = err == EADDRINUSE      ? " - another process (or an earlier run) holds this "
+                                                "port; pick a free MASTER_PORT"
+                       : err == EADDRNOTAVAIL ? " - it is not an address of this host; set "
+                                                "RDMACOLL_STORE_BIND to one that is"
+                                              : "";
     throw InvalidArgument("rank 0 cannot host the rendezvous store on " + host + ":" +
                           std::to_string(port) + ": bind failed: " + errno_string(err) + hint);
   }
@@ -241,16 +375,43 @@ void StoreServer::stop_accepting() {
 }
 
 void StoreServer::serve() {
-  StoreState state;
-  std::vector<Connection> conns;
+  StoreState state(credentials_, limits_);
   std::vector<pollfd> pfds;
+  std::vector<int> fds;  // fds[i] is pfds[i + 2]'s connection
+  // When accept() fails for lack of descriptors, the listener stays readable: leave it out of
+  // the poll set for a while instead of spinning on it.
+  Clock::time_point accept_after{};
+  auto drop = [&](int fd, const std::string& why) {
+    if (!why.empty()) {
+      rejected_.fetch_add(1);
+      std::fprintf(stderr, "rdmacoll store: dropped a connection that sent %s\n", why.c_str());
+    }
+    state.drop(fd);
+    ::close(fd);
+  };
   for (;;) {
+    std::vector<std::pair<int, std::string>> expired;
+    int timeout = state.expire(expired);
+    for (const auto& [fd, why] : expired)
+      drop(fd, why);
+    const auto now = Clock::now();
+    const bool listen =
+        accepting_.load() && now >= accept_after && state.connections() < limits_.max_connections;
+    if (accepting_.load() && !listen) {
+      const int backoff = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(accept_after - now).count() + 1);
+      timeout = timeout < 0 ? std::max(backoff, 1) : std::min(timeout, std::max(backoff, 1));
+    }
     pfds.clear();
+    fds.clear();
     pfds.push_back({wake_pipe_[0], POLLIN, 0});
-    pfds.push_back({accepting_.load() ? listen_fd_ : -1, POLLIN, 0});  // -1: poll skips it
-    for (auto& c : conns)
-      pfds.push_back({c.fd, POLLIN, 0});
-    if (::poll(pfds.data(), pfds.size(), state.expire()) < 0) {
+    pfds.push_back({listen ? listen_fd_ : -1, POLLIN, 0});  // -1: poll skips it
+    for (auto& [fd, c] : state.conns()) {
+      const bool out = c.out_sent < c.outbuf.size();
+      pfds.push_back({fd, static_cast<short>((c.closing ? 0 : POLLIN) | (out ? POLLOUT : 0)), 0});
+      fds.push_back(fd);
+    }
+    if (::poll(pfds.data(), pfds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "rdmacoll store: poll failed: %s\n", errno_string(errno).c_str());
       break;
@@ -260,46 +421,68 @@ void StoreServer::serve() {
       if (::read(wake_pipe_[0], &c, 1) != 1 || c == 'x') break;
       continue;  // 'w': stop_accepting() changed what to poll
     }
-    // Serve existing connections first: pfds[i + 2] belongs to conns[i].
-    std::vector<int> dead;
-    for (size_t i = 0; i < conns.size(); ++i) {
-      if (!pfds[i + 2].revents) continue;
-      Connection& c = conns[i];
-      uint8_t buf[65536];
-      const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
-      if (r <= 0) {
-        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        dead.push_back(c.fd);
-        continue;
-      }
-      c.inbuf.insert(c.inbuf.end(), buf, buf + r);
-      std::string why;
-      if (!state.consume(c, why)) {
-        if (why != "reply failed") {
-          rejected_.fetch_add(1);
-          std::fprintf(stderr, "rdmacoll store: dropped a connection that sent %s\n", why.c_str());
+    std::vector<std::pair<int, std::string>> dead;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      const short ev = pfds[i + 2].revents;
+      if (!ev) continue;
+      Connection& c = state.conns().at(fds[i]);
+      if (ev & (POLLIN | POLLHUP | POLLERR)) {
+        uint8_t buf[65536];
+        const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
+        if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+          dead.push_back({c.fd, ""});
+          continue;
         }
-        dead.push_back(c.fd);
+        std::string why;
+        if (r > 0 && !state.receive(c, buf, static_cast<size_t>(r), why)) {
+          dead.push_back({c.fd, why});
+          continue;
+        }
       }
+      // Write what is queued (also replies just produced); never wait for a slow reader.
+      while (c.out_sent < c.outbuf.size()) {
+        const ssize_t w =
+            ::send(c.fd, c.outbuf.data() + c.out_sent, c.outbuf.size() - c.out_sent, MSG_NOSIGNAL);
+        if (w > 0) {
+          c.out_sent += static_cast<size_t>(w);
+        } else {
+          if (w < 0 && (errno == EAGAIN || errno == EINTR)) break;
+          dead.push_back({c.fd, ""});
+          break;
+        }
+      }
+      if (c.closing && c.out_sent == c.outbuf.size()) dead.push_back({c.fd, "a failed hello"});
     }
-    for (int fd : dead) {
-      state.drop(fd);
-      ::close(fd);
-      std::erase_if(conns, [fd](const Connection& c) { return c.fd == fd; });
+    for (const auto& [fd, why] : dead) {
+      if (state.conns().count(fd)) drop(fd, why);
     }
-    if (accepting_.load() && (pfds[1].revents & POLLIN)) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) {
+    if (listen && (pfds[1].revents & POLLIN)) {
+      for (int i = 0; i < 64 && state.connections() < limits_.max_connections; ++i) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            accept_after = Clock::now() + std::chrono::milliseconds(100);
+          }
+          break;
+        }
         set_nodelay(fd);
-        conns.push_back({fd, {}});
+        state.accept(fd);
       }
     }
+    // Replies queued to other connections (a Set waking a Get) go out on their next POLLOUT.
   }
-  for (auto& c : conns)
-    ::close(c.fd);
+  // Replies already queued (the last Set a client waits on) get one last chance to leave.
+  for (auto& [fd, c] : state.conns()) {
+    if (c.out_sent < c.outbuf.size()) {
+      [[maybe_unused]] const ssize_t w = ::send(fd, c.outbuf.data() + c.out_sent,
+                                                c.outbuf.size() - c.out_sent, MSG_NOSIGNAL);
+    }
+    ::close(fd);
+  }
 }
 
-StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline)
+StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline,
+                         const StoreCredentials& credentials)
     : host_(host), port_(port) {
   const sockaddr_in addr = resolve_ipv4(host, port);
   std::chrono::milliseconds backoff(5);
@@ -321,6 +504,47 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_poi
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
   set_nodelay(fd_);
+  try {
+    prove(credentials, deadline);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+// The challenge, our Hello, the verdict.
+void StoreClient::prove(const StoreCredentials& credentials, Clock::time_point deadline) {
+  const std::string what = "rendezvous store at " + address();
+  const auto until = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  FrameHeader h;
+  if (!recv_all(fd_, &h, sizeof h, until, what)) {
+    throw Timeout(what + ": no challenge from the server; is it an rdmacoll store?");
+  }
+  if (h.magic != kStoreMagic || h.op != static_cast<uint8_t>(StoreOp::Challenge) ||
+      h.key_len != 0 || h.value_len != kNonceBytes) {
+    throw PeerFailure(what + ": not an rdmacoll store of this version (bad challenge)");
+  }
+  Bytes nonce(kNonceBytes);
+  if (!recv_all(fd_, nonce.data(), nonce.size(), until, what)) {
+    throw Timeout(what + ": challenge truncated");
+  }
+  const Bytes proof = credentials.token.empty()
+                          ? Bytes{}
+                          : store_proof(credentials.token, nonce, credentials.job_id);
+  const Bytes hello =
+      make_frame(static_cast<uint8_t>(StoreOp::Hello), 0, credentials.job_id, proof);
+  send_all(fd_, hello.data(), hello.size(), what);
+  if (!recv_all(fd_, &h, sizeof h, until, what)) throw Timeout(what + ": no answer to our hello");
+  if (h.magic != kStoreMagic || h.value_len > 4096) throw PeerFailure(what + ": malformed reply");
+  Bytes message(h.value_len);
+  if (h.value_len && !recv_all(fd_, message.data(), message.size(), until, what)) {
+    throw Timeout(what + ": reply truncated");
+  }
+  if (h.status == kRejected) {
+    throw InvalidArgument(what +
+                          " refused this process: " + std::string(message.begin(), message.end()));
+  }
 }
 
 StoreClient::~StoreClient() {

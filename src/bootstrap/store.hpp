@@ -4,8 +4,13 @@
 //
 // Wire format, one frame per request and per reply:
 //   u32 magic 'RDCS' | u8 op | u8 status | u16 reserved | u32 key_len | u32 value_len | key | value
-// Frames with a bad magic, an unknown op or oversized fields make the server drop that
-// connection (and log it); they never crash it or stall other clients.
+// On connect the server sends a Challenge (a fresh nonce; status 1 when it holds a token); the
+// client answers Hello (key: its job id, value: HMAC-SHA256(token, nonce || job id), or empty)
+// before anything else, and a mismatch gets a Rejected reply saying why, then the close.
+// The server never blocks on one client: sockets are non-blocking, replies queue per
+// connection, and frames, buffered bytes, connections and half-sent frames are capped
+// (StoreLimits). Frames with a bad magic, an unknown op or oversized fields make the server
+// drop that connection (and log it); they never crash it or stall other clients.
 
 #include <atomic>
 #include <chrono>
@@ -23,7 +28,34 @@ namespace rdmacoll::bootstrap {
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<uint8_t>;
 
-enum class StoreOp : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4, Delete = 5, Ping = 6 };
+enum class StoreOp : uint8_t {
+  Set = 1,
+  Get = 2,
+  Add = 3,
+  Check = 4,
+  Delete = 5,
+  Ping = 6,
+  Challenge = 7,  // server -> client, first frame
+  Hello = 8,      // client -> server, the answer
+};
+
+// Who may use a store: the job's secret (empty: anyone who can connect) and its id (empty
+// matches only empty). The server's must equal the client's.
+struct StoreCredentials {
+  std::string token;
+  std::string job_id;
+};
+
+// What one client can make the server hold. Defaults suit jobs of thousands of ranks.
+struct StoreLimits {
+  size_t max_connections = 8192;
+  size_t max_buffered_per_connection = (64u << 20) + 16384;  // one largest frame, in or out
+  size_t max_buffered_total = 512u << 20;                    // every connection's buffers
+  size_t max_stored_bytes = 1u << 30;                        // keys and values kept
+  size_t max_hello_frame = 4096;                     // before a connection has proven itself
+  std::chrono::milliseconds hello_deadline{10'000};  // to prove itself after connecting
+  std::chrono::milliseconds frame_deadline{30'000};  // to finish a frame once begun
+};
 
 inline constexpr uint32_t kStoreMagic = 0x52444353;  // "RDCS"
 inline constexpr uint32_t kMaxKeyBytes = 4096;
@@ -33,7 +65,8 @@ class StoreServer {
  public:
   // Binds host:port (port 0 picks a free one). Throws InvalidArgument naming the address when
   // the port is in use or the address cannot be bound.
-  StoreServer(const std::string& host, uint16_t port);
+  StoreServer(const std::string& host, uint16_t port, StoreCredentials credentials = {},
+              StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -43,12 +76,14 @@ class StoreServer {
   // re-initializing on the same port cannot reach this old store: destroy_process_group()
   // calls it before the final handshake.
   void stop_accepting();
-  // Connections dropped for malformed frames (for tests).
+  // Connections dropped for malformed frames, failed proofs or limits (for tests).
   uint64_t rejected_connections() const { return rejected_.load(); }
 
  private:
   void serve();
 
+  StoreCredentials credentials_;
+  StoreLimits limits_;
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};
   uint16_t port_ = 0;
@@ -59,8 +94,11 @@ class StoreServer {
 
 class StoreClient final : public Store {
  public:
-  // Connects, retrying while the server is not up yet, until `deadline`.
-  StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline);
+  // Connects, retrying while the server is not up yet, until `deadline`, and proves the
+  // credentials. Throws InvalidArgument when the server rejects them (another job's store, a
+  // wrong or missing RDMACOLL_AUTH_TOKEN), Timeout when it cannot be reached.
+  StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline,
+              const StoreCredentials& credentials = {});
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -80,6 +118,7 @@ class StoreClient final : public Store {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:
+  void prove(const StoreCredentials& credentials, Clock::time_point deadline);
   Bytes request(StoreOp op, const std::string& key, const Bytes& value,
                 std::chrono::milliseconds timeout);
 

@@ -1,7 +1,10 @@
 // broadcast by one-sided writes: inline in the root's call descriptor up to the eager limit
 // (one round; through the eager slots on one host), a binomial tree of whole-tensor writes up
-// to kTreeMaxBytes, and beyond that a scatter of p pieces from the root followed by an in-place
-// all-gather of the pieces, so the root sends the tensor about once instead of log p times.
+// to kTreeMaxBytes (and always on 2 ranks), and beyond that a scatter of p pieces from the root
+// followed by an in-place all-gather of the pieces, so the root sends the tensor about once
+// instead of log p times. Measured (perf/compare, 4 ranks on 2 cores, shm): from 1 MiB the
+// scatter path beats Open MPI's MPI_Bcast (380 vs 448 us; 8 MiB 2898 vs 5410); on 2 ranks the
+// scatter's two rounds lost to one write.
 
 #include <cstring>
 
@@ -47,7 +50,9 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   a.local_error = local_error;
   auto* bytes_at = static_cast<uint8_t*>(data);
   if (p > 1 && bytes > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
-    if (bytes > kTreeMaxBytes && numel >= p) return broadcast_scatter(g, bytes_at, a, root);
+    // Two ranks: the tree is one write of the whole tensor, which no scatter beats.
+    if (p > 2 && bytes > kTreeMaxBytes && numel >= p)
+      return broadcast_scatter(g, bytes_at, a, root);
     return broadcast_tree(g, bytes_at, bytes, a, root);
   }
   Call call(transport_, g, "broadcast", spin_);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::engine {
@@ -60,10 +61,9 @@ const char* collective_name(CollectiveOp op) {
 }
 
 size_t eager_limit(int p, int hosts, size_t max_message) {
-  static const size_t forced = [] {
-    const char* v = std::getenv("RDMACOLL_EAGER_LIMIT");
-    return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : SIZE_MAX;
-  }();
+  // Bytes, at most 1 GiB (init_process_group reads it first, so a bad value raises there).
+  static const size_t forced =
+      settings::env_uint("RDMACOLL_EAGER_LIMIT", SIZE_MAX, 0, size_t{1} << 30);
   if (forced != SIZE_MAX) return std::min(forced, max_message / 2);
   const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));
   const size_t limit = hosts > 1 ? 2048 : std::clamp<size_t>(per_peer, 2048, 64 << 10);

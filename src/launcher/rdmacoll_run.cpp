@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/auth.hpp"
 #include "common/free_port.hpp"
 
 namespace {
@@ -141,6 +142,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   g_status_tty = ::isatty(STDERR_FILENO) == 1;
+  const std::string token = rdmacoll::bootstrap::random_hex(32);
+  const std::string job_id = "rdmacoll-run-" + rdmacoll::bootstrap::random_hex(8);
   std::vector<Rank> ranks(n);
   std::vector<Stream> streams;
   for (int r = 0; r < n; ++r) {
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      // A secret and an id per run: the ranks' store admits only this run's processes.
+      ::setenv("RDMACOLL_AUTH_TOKEN", token.c_str(), 0);
+      ::setenv("RDMACOLL_JOB_ID", job_id.c_str(), 0);
       // Our stderr is a terminal: ranks may send progress as status lines (see emit()).
       if (g_status_tty) ::setenv("RDMACOLL_PROGRESS", "1", 1);
       ::execvp(argv[i], argv + i);

@@ -6,6 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <memory>
 #include <thread>
 
 #include "bootstrap/store.hpp"
@@ -18,6 +21,177 @@ using namespace std::chrono_literals;
 
 Clock::time_point soon() {
   return Clock::now() + 5s;
+}
+
+int connect_raw(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+// Reads (and discards) until the server closes the connection; false if it stays open 10 s.
+bool dropped(int fd) {
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[4096];
+  for (;;) {
+    const ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    if (r < 0) return false;
+  }
+}
+
+// A frame as the wire format has it (store.hpp).
+std::vector<uint8_t> frame(StoreOp op, const std::string& key, size_t value_len,
+                           size_t value_bytes_sent) {
+  std::vector<uint8_t> f(16);
+  const uint32_t magic = kStoreMagic, kl = static_cast<uint32_t>(key.size()),
+                 vl = static_cast<uint32_t>(value_len);
+  std::memcpy(f.data(), &magic, 4);
+  f[4] = static_cast<uint8_t>(op);
+  std::memcpy(f.data() + 8, &kl, 4);
+  std::memcpy(f.data() + 12, &vl, 4);
+  f.resize(16 + key.size() + value_bytes_sent, 'v');
+  std::memcpy(f.data() + 16, key.data(), key.size());
+  return f;
+}
+
+// Reads the server's challenge and answers with an empty hello (a store without a token).
+void hello(int fd) {
+  uint8_t challenge[16 + 32];
+  size_t got = 0;
+  while (got < sizeof challenge) {
+    const ssize_t r = ::recv(fd, challenge + got, sizeof challenge - got, 0);
+    ASSERT_GT(r, 0);
+    got += static_cast<size_t>(r);
+  }
+  const auto h = frame(StoreOp::Hello, "", 0, 0);
+  ASSERT_EQ(::send(fd, h.data(), h.size(), 0), static_cast<ssize_t>(h.size()));
+  uint8_t ok[16];
+  got = 0;
+  while (got < sizeof ok) {
+    const ssize_t r = ::recv(fd, ok + got, sizeof ok - got, 0);
+    ASSERT_GT(r, 0);
+    got += static_cast<size_t>(r);
+  }
+}
+
+template <typename F>
+void expect_refused(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(StoreAuth, OnlyTheJobsTokenAndIdGetIn) {
+  StoreServer server("127.0.0.1", 0, {"s3cret", "job-a"});
+  expect_refused(
+      [&] {
+        StoreClient c("127.0.0.1", server.port(), soon(), {"guess", "job-a"});
+      },
+      "authentication failed");
+  expect_refused(
+      [&] {
+        StoreClient c("127.0.0.1", server.port(), soon(), {"", "job-a"});
+      },
+      "requires RDMACOLL_AUTH_TOKEN");
+  expect_refused(
+      [&] {
+        StoreClient c("127.0.0.1", server.port(), soon(), {"s3cret", "job-b"});
+      },
+      "belongs to job 'job-a', and this process to job 'job-b'");
+  StoreClient ok("127.0.0.1", server.port(), soon(), {"s3cret", "job-a"});
+  ok.set("k", std::string("v"));
+  EXPECT_EQ(ok.get_string("k", 1s), "v");
+  // A stranger speaking before it answered the challenge is dropped.
+  const int fd = connect_raw(server.port());
+  const auto set = frame(StoreOp::Set, "rdmacoll/addr/1", 4, 4);
+  ASSERT_GT(::send(fd, set.data(), set.size(), 0), 0);
+  EXPECT_TRUE(dropped(fd));
+  ::close(fd);
+  EXPECT_FALSE(ok.check("rdmacoll/addr/1"));
+}
+
+TEST(StoreAuth, AnOpenStoreRefusesATokenToo) {
+  StoreServer server("127.0.0.1", 0);
+  expect_refused(
+      [&] {
+        StoreClient c("127.0.0.1", server.port(), soon(), {"t", ""});
+      },
+      "started without RDMACOLL_AUTH_TOKEN");
+}
+
+// A client that asks for a large value and never reads the answer must not stall the server:
+// others are served at once, and the server shuts down promptly.
+TEST(StoreServer, ASlowReaderDoesNotBlockOthers) {
+  auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
+  StoreClient writer("127.0.0.1", server->port(), soon());
+  writer.set("big", Bytes(32u << 20, 7));
+  const int fd = connect_raw(server->port());
+  hello(fd);
+  for (int i = 0; i < 4; ++i) {  // 128 MiB of replies it will never read
+    auto get = frame(StoreOp::Get, "big", 8, 8);
+    ASSERT_EQ(::send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+  }
+  const auto t0 = Clock::now();
+  StoreClient other("127.0.0.1", server->port(), soon());
+  other.set("k", std::string("v"));
+  EXPECT_EQ(other.get_string("k", 1s), "v");
+  EXPECT_LT(Clock::now() - t0, 2s);
+  const auto t1 = Clock::now();
+  server.reset();
+  EXPECT_LT(Clock::now() - t1, 2s);
+  ::close(fd);
+}
+
+TEST(StoreServer, HalfSentFramesAndSilentClientsAreDropped) {
+  StoreLimits limits;
+  limits.hello_deadline = 300ms;
+  limits.frame_deadline = 300ms;
+  StoreServer server("127.0.0.1", 0, {}, limits);
+  // Says nothing after connecting.
+  const int silent = connect_raw(server.port());
+  // Claims a 1 MiB hello: more than a hello may be.
+  const int big_hello = connect_raw(server.port());
+  const auto h = frame(StoreOp::Hello, "", 1u << 20, 100);
+  ASSERT_GT(::send(big_hello, h.data(), h.size(), 0), 0);
+  // Proven, then starts a 64 MiB frame and stops.
+  const int half = connect_raw(server.port());
+  hello(half);
+  const auto part = frame(StoreOp::Set, "k", 64u << 20, 1000);
+  ASSERT_GT(::send(half, part.data(), part.size(), 0), 0);
+  for (int fd : {silent, big_hello, half}) {
+    EXPECT_TRUE(dropped(fd));
+    ::close(fd);
+  }
+  EXPECT_EQ(server.rejected_connections(), 3u);
+  StoreClient ok("127.0.0.1", server.port(), soon());
+  EXPECT_EQ(ok.add("n", 1), 1);
+}
+
+TEST(StoreServer, BufferedAndStoredBytesAreCapped) {
+  StoreLimits limits;
+  limits.max_buffered_total = 1u << 20;
+  limits.max_stored_bytes = 3u << 20;
+  StoreServer server("127.0.0.1", 0, {}, limits);
+  {
+    StoreClient greedy("127.0.0.1", server.port(), soon());
+    EXPECT_THROW(greedy.set("k", Bytes(2u << 20, 1)), Error);  // more than it buffers
+  }
+  StoreClient a("127.0.0.1", server.port(), soon());
+  a.set("a", Bytes(900u << 10, 1));
+  a.set("b", Bytes(900u << 10, 1));
+  a.set("c", Bytes(900u << 10, 1));
+  EXPECT_THROW(a.set("d", Bytes(900u << 10, 1)), Error);  // more than it keeps
+  StoreClient b("127.0.0.1", server.port(), soon());
+  EXPECT_EQ(b.get("a", 1s).size(), 900u << 10);
 }
 
 TEST(Store, SetGetAddCheck) {
@@ -109,11 +283,8 @@ TEST(Store, GarbageIsRejectedAndServerKeepsServing) {
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_GT(::send(fd, garbage, sizeof garbage, 0), 0);
-  // The server drops us: recv sees EOF (or reset) rather than hanging.
-  char buf[16];
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  EXPECT_LE(::recv(fd, buf, sizeof buf, 0), 0);
+  // The server drops us: after its challenge, recv sees EOF (or reset) rather than hanging.
+  EXPECT_TRUE(dropped(fd));
   ::close(fd);
   EXPECT_EQ(server.rejected_connections(), 1u);
   StoreClient ok("127.0.0.1", server.port(), soon());

@@ -1,0 +1,177 @@
+// A hostile or mistaken peer at the rendezvous, over real processes and real sockets: strangers
+// without the job's token, a second job on the same port, a forged transport address, ranks
+// that disagree on their settings. Each gets a clear error; the job itself is unharmed.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "bootstrap/store.hpp"
+#include "gather_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::run_ranks;
+using namespace std::chrono_literals;
+
+uint16_t master_port() {
+  return static_cast<uint16_t>(std::atoi(std::getenv("MASTER_PORT")));
+}
+
+testing::RunOptions without_init(std::vector<std::pair<std::string, std::string>> env = {}) {
+  testing::RunOptions opt;
+  opt.init = false;
+  opt.env = std::move(env);
+  return opt;
+}
+
+// Rank 2 of the run is a stranger: it waits until the job's ranks have published their
+// addresses, then tries the store without the token, with a wrong one, and with another job
+// id. The job (ranks 0 and 1) runs its collectives untouched.
+TEST(Hardening, StrangersCannotJoinAJobWithAToken) {
+  expect_all_ok(run_ranks(
+      3,
+      [](int rank, int) {
+        if (rank < 2) {
+          ::setenv("WORLD_SIZE", "2", 1);
+          init_process_group();
+          testing::gather_and_check({}, 1000, DType::Float32, DType::Float32, false);
+          // The store stays up until the stranger is done (rank 0 hosts it).
+          bootstrap::StoreClient("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s,
+                                 {"secret-of-the-job", "job-1"})
+              .get("test/stranger_done", 60s);
+          testing::gather_and_check({}, 10, DType::Int64, DType::Int64, true);
+          destroy_process_group();
+          return;
+        }
+        ::unsetenv("RDMACOLL_AUTH_TOKEN");
+        bootstrap::StoreClient spy("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s,
+                                   {"secret-of-the-job", "job-1"});
+        spy.get("rdmacoll/addr/1", 60s);  // the job is up
+        for (const bootstrap::StoreCredentials& c :
+             std::initializer_list<bootstrap::StoreCredentials>{
+                 {"", "job-1"}, {"guess", "job-1"}, {"secret-of-the-job", "job-2"}}) {
+          expect_throw_with<InvalidArgument>(
+              [&] {
+                bootstrap::StoreClient c2("127.0.0.1", master_port(), bootstrap::Clock::now() + 10s,
+                                          c);
+              },
+              "refused this process");
+        }
+        spy.set("test/stranger_done", std::string("1"));
+      },
+      without_init({{"RDMACOLL_AUTH_TOKEN", "secret-of-the-job"}, {"RDMACOLL_JOB_ID", "job-1"}})));
+}
+
+// A second job's rank 1 on the first job's port: with job ids it is refused at connection;
+// without, its claim of rank 1 is refused, naming both claimants. The first job is unharmed.
+TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
+  for (const bool job_ids : {true, false}) {
+    expect_all_ok(run_ranks(
+        3,
+        [job_ids](int rank, int) {
+          ::setenv("WORLD_SIZE", "2", 1);
+          if (job_ids) ::setenv("RDMACOLL_JOB_ID", rank < 2 ? "first" : "second", 1);
+          if (rank < 2) {
+            init_process_group();
+            testing::gather_and_check({}, 100, DType::Int32, DType::Int32, false);
+            destroy_process_group();
+            return;
+          }
+          {
+            // Wait until the first job's rank 1 has joined (a client of the first job's).
+            bootstrap::StoreClient watch("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s,
+                                         {"", job_ids ? "first" : ""});
+            watch.get("rdmacoll/claim/1/by", 60s);
+          }
+          ::setenv("RANK", "1", 1);
+          expect_throw_with<InvalidArgument>(
+              [] { init_process_group(); },
+              job_ids ? "belongs to job 'first', and this process to job 'second'"
+                      : "rank 1 is claimed twice: first by pid");
+        },
+        without_init()));
+  }
+}
+
+// A stranger (no token in this job) forges rank 1's transport address with the job's own
+// settings and topology: rank 0 raises a clear error instead of handing it to UCX (which
+// aborted the process before).
+TEST(Hardening, AForgedTransportAddressIsAClearError) {
+  const auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 0) {
+          expect_throw_with<InvalidArgument>([] { init_process_group(); }, "published for rank 1");
+          return;
+        }
+        bootstrap::StoreClient forger("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s);
+        forger.add("rdmacoll/claim/1", 1);
+        forger.set("rdmacoll/settings/1", forger.get("rdmacoll/settings/0", 60s));
+        forger.set("rdmacoll/topo/1", forger.get("rdmacoll/topo/0", 60s));
+        forger.set("rdmacoll/verbs/1", forger.get("rdmacoll/verbs/0", 60s));
+        forger.set("rdmacoll/addr/1", std::string("\x01\x02 not an address"));
+        forger.get("rdmacoll/abort", 60s);  // rank 0 gave up, saying why
+        forger.add("rdmacoll/abort_seen", 1);
+        forger.set("rdmacoll/abort_all_seen", std::string("1"));
+      },
+      without_init());
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+}
+
+TEST(Hardening, BadSettingsRaiseAtInit) {
+  expect_all_ok(run_ranks(
+      1,
+      [](int, int) {
+        for (const auto& [name, value, needle] :
+             std::initializer_list<std::tuple<const char*, const char*, const char*>>{
+                 {"RDMACOLL_TIMEOUT_S", "inf", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", "1e16", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", "0.0001", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", "5x", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 // Each before any init that parses it unset: it is read once per process.
+                 {"RDMACOLL_EAGER_LIMIT", "-5", "RDMACOLL_EAGER_LIMIT: expected a whole number"},
+                 {"RDMACOLL_ALGO", "fastest", "fastest"},
+                 {"RDMACOLL_SPIN_US", "lots", "RDMACOLL_SPIN_US: expected a whole number"}}) {
+          ::setenv(name, value, 1);
+          expect_throw_with<InvalidArgument>([] { init_process_group(); }, needle);
+          ::unsetenv(name);
+        }
+        ::setenv("RDMACOLL_TIMEOUT_S", "90s", 1);
+        init_process_group();
+        destroy_process_group();
+      },
+      without_init()));
+}
+
+// Ranks that disagree raise together, naming the variable and each rank's value; a rank with
+// another world size makes the others raise at once, not at the timeout.
+TEST(Hardening, RanksThatDisagreeFailFastOnEveryRank) {
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 1) ::setenv("RDMACOLL_EAGER_LIMIT", "1000", 1);
+        expect_throw_with<InvalidArgument>(
+            [] { init_process_group(); },
+            "ranks disagree on RDMACOLL_EAGER_LIMIT (rank 0 '', rank 1 '1000')");
+      },
+      without_init()));
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 0)
+          ::setenv("WORLD_SIZE", "3", 1);  // rank 0 waits for a rank 2 that never comes
+        const auto t0 = std::chrono::steady_clock::now();
+        expect_throw_with<InvalidArgument>([] { init_process_group(); }, "world size");
+        RANK_CHECK(std::chrono::steady_clock::now() - t0 < 20s, "raised at once");
+      },
+      without_init({{"RDMACOLL_TIMEOUT_S", "60"}})));
+}
+
+}  // namespace
+}  // namespace rdmacoll
