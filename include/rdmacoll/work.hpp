@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -26,6 +27,11 @@ class Work {
   bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
   // The collective's error once it has completed with one, else null.
   std::exception_ptr exception() const;
+  // Calls `callback(error)` (null on success) once the collective has completed: at once on
+  // this thread if it already has, else on the thread that completes it (the group's worker).
+  // For futures (the torch backend's getFuture()); keep it short, it delays the group's next
+  // operation.
+  void on_completion(std::function<void(std::exception_ptr)> callback) const;
 
  private:
   std::shared_ptr<engine::WorkState> state_;

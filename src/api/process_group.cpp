@@ -16,6 +16,7 @@
 
 #include "api/debug.hpp"
 #include "bootstrap/init_method.hpp"
+#include "bootstrap/prefixed_store.hpp"
 #include "bootstrap/store.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
@@ -486,7 +487,11 @@ void init_process_group(const InitOptions& options) {
   (void)flat_topology();
   const auto deadline = transport::Clock::now() + ctx->timeout;
   if (options.store) {
-    ctx->store = options.store;
+    // The k-th process group over this store takes the k-th block of world_size tickets: the
+    // same k on every rank, since no rank starts group k+1 before every rank has joined k.
+    const int64_t ticket = options.store->add("rdmacoll/inits", 1);
+    ctx->store = std::make_shared<bootstrap::PrefixedStore>(
+        "rdmacoll/" + std::to_string((ticket - 1) / ctx->world_size) + "/", options.store);
   } else {
     const bootstrap::StoreCredentials credentials = store_credentials();
     if (ctx->rank == 0) {
@@ -705,29 +710,32 @@ void destroy_process_group() {
   for (const auto& w : ctx->groups) {
     if (auto g = w.lock()) g->queue.drain();
   }
+  // After a failure some ranks may never come: wait a short grace then, not the timeout.
+  bool failed = ctx->world->broken.has_value();
+  for (const auto& w : ctx->groups) {
+    if (auto g = w.lock()) failed = failed || g->broken.has_value();
+  }
+  const auto grace = abort_grace(*ctx);
   try {
     const int64_t n = ctx->store->add("rdmacoll/destroy", 1);
-    if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", ctx->timeout);
+    if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", failed ? grace : ctx->timeout);
     if (n == ctx->world_size) ctx->store->set("rdmacoll/destroyed", std::string("1"));
   } catch (const Error& e) {
-    log::warn("destroy_process_group: ranks did not all arrive: " + std::string(e.what()));
+    if (!failed)
+      log::warn("destroy_process_group: ranks did not all arrive: " + std::string(e.what()));
   }
   ctx->engine.reset();
   ctx->transport.reset();
-  // Rank 0 keeps serving until the others have read "destroyed"; they close first.
-  if (ctx->server) {
-    try {
-      const int64_t n = ctx->store->add("rdmacoll/closed", 1);
-      if (n < ctx->world_size) ctx->store->get("rdmacoll/all_closed", std::chrono::seconds(10));
-    } catch (const Error&) {
+  // Rank 0 hosts the store (ours, or torch's TCPStore): it leaves last, once the others have
+  // read "destroyed" and closed.
+  try {
+    const int64_t n = ctx->store->add("rdmacoll/closed", 1);
+    if (ctx->rank == 0) {
+      if (n < ctx->world_size) ctx->store->get("rdmacoll/all_closed", grace);
+    } else if (n == ctx->world_size) {
+      ctx->store->set("rdmacoll/all_closed", std::string("1"));
     }
-  } else {
-    try {
-      if (ctx->store->add("rdmacoll/closed", 1) == ctx->world_size) {
-        ctx->store->set("rdmacoll/all_closed", std::string("1"));
-      }
-    } catch (const Error&) {
-    }
+  } catch (const Error&) {
   }
   ctx.reset();
 }
@@ -743,6 +751,11 @@ bool Work::wait(std::optional<std::chrono::milliseconds> timeout) const {
 
 std::exception_ptr Work::exception() const {
   return state_ && state_->completed() ? state_->error() : nullptr;
+}
+
+void Work::on_completion(std::function<void(std::exception_ptr)> callback) const {
+  if (!state_) return callback(nullptr);
+  state_->on_completion(std::move(callback));
 }
 
 namespace {

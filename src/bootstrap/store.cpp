@@ -474,8 +474,8 @@ void StoreServer::serve() {
   // Replies already queued (the last Set a client waits on) get one last chance to leave.
   for (auto& [fd, c] : state.conns()) {
     if (c.out_sent < c.outbuf.size()) {
-      [[maybe_unused]] const ssize_t w = ::send(fd, c.outbuf.data() + c.out_sent,
-                                                c.outbuf.size() - c.out_sent, MSG_NOSIGNAL);
+      [[maybe_unused]] const ssize_t w =
+          ::send(fd, c.outbuf.data() + c.out_sent, c.outbuf.size() - c.out_sent, MSG_NOSIGNAL);
     }
     ::close(fd);
   }
@@ -561,8 +561,11 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
   const std::string what = "rendezvous store at " + address();
   Bytes frame = make_frame(static_cast<uint8_t>(op), 0, key, value);
   send_all(fd_, frame.data(), frame.size(), what);
-  // The server answers a Get at its own deadline; the grace covers a server that died.
-  const auto deadline = Clock::now() + timeout + std::chrono::seconds(10);
+  // The server answers a Get at its own deadline; the grace covers a server that died or
+  // stopped, and stays within a tenth of the timeout (at most 10 s).
+  const auto grace = std::clamp<std::chrono::milliseconds>(
+      timeout / 10, std::chrono::milliseconds(100), std::chrono::seconds(10));
+  const auto deadline = Clock::now() + timeout + grace;
   FrameHeader h;
   if (!recv_all(fd_, &h, sizeof h, deadline, what)) {
     // The reply may still come; this connection can no longer be trusted to stay in step.

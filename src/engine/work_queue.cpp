@@ -5,10 +5,29 @@
 namespace rdmacoll::engine {
 
 void WorkState::finish(std::exception_ptr error) {
-  std::lock_guard lock(mu_);
-  error_ = std::move(error);
-  done_ = true;
-  cv_.notify_all();
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    error_ = error;
+    done_ = true;
+    callbacks.swap(callbacks_);
+    cv_.notify_all();
+  }
+  for (auto& cb : callbacks)
+    cb(error);
+}
+
+void WorkState::on_completion(std::function<void(std::exception_ptr)> callback) {
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+    error = error_;
+  }
+  callback(error);
 }
 
 bool WorkState::completed() const {

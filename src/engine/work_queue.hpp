@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace rdmacoll::engine {
 
@@ -30,9 +31,13 @@ class WorkState {
   // collective keeps running: wait again, or let the group's own timeout end it).
   void wait(std::optional<std::chrono::milliseconds> timeout) const;
   std::exception_ptr error() const;
+  // Runs `callback(error)` once the work has finished: at once on this thread if it already
+  // has, else on the thread that finishes it, after waiters are released.
+  void on_completion(std::function<void(std::exception_ptr)> callback);
 
  private:
   std::string what_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;

@@ -11,5 +11,25 @@ echo "== verbs_tests"
 ./tests/verbs_tests --gtest_color=no || failed=$((failed + 1))
 echo "== seed examples over verbs"
 ./tests/examples_test --gtest_color=no --gtest_filter='Examples.*' || failed=$((failed + 1))
+if [ -f python/rdmacoll_torch/__init__.py ]; then
+  # The torch backend over verbs: the documentation's examples, checked like the C++ ones.
+  echo "== python examples over verbs (torch backend)"
+  for ex in all_gather_flat:2 all_gather_stacked:2 all_gather_subgroup:3; do
+    script=${ex%%:*} n=${ex##*:}
+    out=$(PYTHONPATH=python ./rdmacoll-run -n "$n" /usr/bin/python3 \
+          "$(dirname "$0")/../../examples/python/$script.py" 2>&1)
+    rc=$?
+    echo "$out"
+    case $script in
+      all_gather_flat) want="[0] tensor([1., 2., 2., 3.])" ;;
+      all_gather_stacked) want="[1]         [11., 12., 13.]])" ;;
+      all_gather_subgroup) want="[1] tensor([  0.,   1., 100., 101.])" ;;
+    esac
+    if [ $rc -ne 0 ] || ! grep -qF "$want" <<<"$out" || grep -q "transport=ucx" <<<"$out"; then
+      echo "FAILED: $script on $n ranks"
+      failed=$((failed + 1))
+    fi
+  done
+fi
 echo "== suite-in-vm: $failed part(s) failed"
 exit $failed
