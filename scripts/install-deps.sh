@@ -11,6 +11,7 @@ packages=(
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
   hwloc                           # lstopo, to inspect topology files
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
+  libtorch-dev pybind11-dev python3-pybind11 python3-dev python3-pytest  # the torch backend
   ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test
 )
 missing=()

@@ -99,6 +99,9 @@ COLLECTIVES = {
     "broadcast": (["-o", "broadcast"], ["bcast"], ["broadcast"], lambda w, s: s, lambda w: 1,
                   "torch 1.13 gloo (broadcast)", "size"),
 }
+# The torch helper's mode for rdmacoll's torch backend (it has every call gloo lacks).
+TORCH_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"],
+               "broadcast": ["broadcast"]}
 
 
 def systems(build, helpers, collective):
@@ -136,8 +139,20 @@ def systems(build, helpers, collective):
                           lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s),
                                                      str(it), "2"] + mode,
                           label="MPICH 4.0.2"))
+    # rdmacoll's torch backend, timed like gloo (same script, same loop): the Python layer's
+    # cost over all_gather_perf, and the ratio against gloo, in one run.
+    pydir = os.path.join(build, "python")
+    if os.path.isfile(os.path.join(pydir, "rdmacoll_torch", "__init__.py")):
+        out.append(System("torch-rdmacoll", "torch",
+                          lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
+                                            os.path.join(HERE, "gloo_allgather.py"), str(s),
+                                            str(it), "1"] + TORCH_MODES[collective],
+                          {"TORCH_BACKEND": "rdmacoll", "PYTHONPATH": pydir},
+                          label="torch 1.13 + rdmacoll (UCX shm)"))
     if gloo_mode is not None:
-        out.append(System("gloo", "tcp",
+        # Against torch + rdmacoll where that runs (the same Python loop), else rdmacoll over TCP.
+        torch_ours = any(c.name == "torch-rdmacoll" for c in out)
+        out.append(System("gloo", "torch-peer" if torch_ours else "tcp",
                           lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
                                             os.path.join(HERE, "gloo_allgather.py"), str(s),
                                             str(it), "1"] + gloo_mode,
@@ -263,15 +278,18 @@ def main():
     names = [c.name for c in contenders]
     labels = {c.name: c.label for c in contenders}
     families = {c.name: c.family for c in contenders}
+    # gloo is a torch system: its ratio is against torch + rdmacoll where that ran.
     peer = {"shm": "rdmacoll-shm", "limit": "rdmacoll-shm", "tcp": "rdmacoll-tcp",
-            "verbs": "rdmacoll-verbs"}
+            "verbs": "rdmacoll-verbs", "torch": "rdmacoll-shm"}
+    peer["torch-peer"] = "torch-rdmacoll"
 
     md = [f"# {args.collective} comparison ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
           f"{os.cpu_count()} cores)", "",
           f"Best of {args.blocks} block(s) (median in parentheses), mean us per call of the slowest "
           f"rank. Ratio = system time / rdmacoll time of the same family (shm systems against "
-          f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp): > 1 means "
-          f"rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
+          f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp, torch + "
+          f"rdmacoll against rdmacoll's C++ all_gather_perf, gloo against torch + rdmacoll "
+          f"where that ran): > 1 means rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
     notes = {
         "all_reduce": "all_reduce: size is the tensor's bytes (float32), reduced in place with "
                       "SUM; busbw = 2 (p-1)/p x size / time, as in nccl-tests.",
@@ -323,7 +341,8 @@ def main():
                 series = []
                 for name in names:
                     if families[name] not in (fam, "limit") and not (
-                            fam == "shm" and families[name] == "verbs"):
+                            fam == "shm" and families[name] in ("verbs", "torch")) and not (
+                            fam == "tcp" and families[name] == "torch-peer"):
                         continue
                     xs = [n for n in sizes if (world, n, name) in best]
                     ys = [busbw(world, n, best[(world, n, name)], name, args.collective)

@@ -1,9 +1,12 @@
-"""torch.distributed all_gather with the gloo backend, the torch peer in perf/compare (with a
-fourth argument "allreduce": dist.all_reduce, float32 SUM; "broadcast": dist.broadcast from
-rank 0).
+"""torch.distributed collectives, the torch rows of perf/compare: with the gloo backend (the
+default), or with TORCH_BACKEND=rdmacoll (rdmacoll's torch backend, for the Python layer's
+cost). The fourth argument picks the call: none for the all-gather, "allreduce"
+(dist.all_reduce, float32 SUM), "reducescatter" (dist.reduce_scatter_tensor, float32 SUM; the
+size is the input's bytes), "broadcast" (dist.broadcast from rank 0).
 
-torch 1.13's gloo backend has no all_gather_into_tensor, so this gathers with all_gather into
-views of one pre-allocated output tensor (the same memory layout). Launched by rdmacoll-run
+torch 1.13's gloo backend has no all_gather_into_tensor, so with gloo this gathers with
+all_gather into views of one pre-allocated output tensor (the same memory layout); rdmacoll
+runs all_gather_into_tensor. Launched by rdmacoll-run
 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Rank 0 prints "RESULT <bytes> <mean us> <wrong>".
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
@@ -51,13 +54,38 @@ def broadcast(nbytes, iters, warmup, rank):
     return total, int((t != expect).sum())
 
 
+def reduce_scatter(nbytes, iters, warmup, rank, world):
+    """dist.reduce_scatter_tensor (float32 SUM) of an input of nbytes (whole floats per rank)."""
+    m = max(1, nbytes // 4 // world)
+    inp = torch.zeros(world * m, dtype=torch.float32)
+    out = torch.zeros(m, dtype=torch.float32)
+    for _ in range(warmup):
+        dist.reduce_scatter_tensor(out, inp)
+    total = 0.0
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.reduce_scatter_tensor(out, inp)
+        total += time.perf_counter() - t0
+    idx = torch.arange(world * m, dtype=torch.int64)
+    inp = ((idx + rank) % 5).to(torch.float32)
+    dist.reduce_scatter_tensor(out, inp)
+    expect = sum(((idx + r) % 5).to(torch.float32) for r in range(world))[rank * m:(rank + 1) * m]
+    return total, int((out != expect).sum())
+
+
 def main():
     nbytes, iters, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    dist.init_process_group("gloo", init_method="env://")
+    backend = os.environ.get("TORCH_BACKEND", "gloo")
+    if backend == "rdmacoll":
+        import rdmacoll_torch  # noqa: F401  registers the backend
+    dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if len(sys.argv) > 4 and sys.argv[4] in ("allreduce", "broadcast"):
-        total, wrong = (all_reduce(nbytes, iters, warmup, rank, world)
-                        if sys.argv[4] == "allreduce" else broadcast(nbytes, iters, warmup, rank))
+    mode = sys.argv[4] if len(sys.argv) > 4 else ""
+    if mode in ("allreduce", "broadcast", "reducescatter"):
+        total, wrong = (all_reduce(nbytes, iters, warmup, rank, world) if mode == "allreduce"
+                        else reduce_scatter(nbytes, iters, warmup, rank, world)
+                        if mode == "reducescatter" else broadcast(nbytes, iters, warmup, rank))
         report(nbytes, iters, total, wrong, world)
         dist.destroy_process_group()
         return
@@ -65,13 +93,20 @@ def main():
     inp = ((torch.arange(n, dtype=torch.int64) + rank * 7) % 256).to(torch.uint8)[:nbytes]
     out = torch.zeros(world * nbytes, dtype=torch.uint8)
     views = list(out.view(world, nbytes)) if nbytes else [torch.zeros(0, dtype=torch.uint8)] * world
+
+    def gather():
+        if backend == "gloo":
+            dist.all_gather(views, inp)
+        else:
+            dist.all_gather_into_tensor(out, inp)
+
     for _ in range(warmup):
-        dist.all_gather(views, inp)
+        gather()
     total = 0.0
     for _ in range(iters):
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_gather(views, inp)
+        gather()
         total += time.perf_counter() - t0
     expect = torch.cat([((torch.arange(n, dtype=torch.int64) + r * 7) % 256).to(torch.uint8)[:nbytes]
                         for r in range(world)])

@@ -554,7 +554,7 @@ void init_process_group(const InitOptions& options) {
   if (ctx->rank == 0) {
     log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks on " +
               std::to_string(ctx->world->hosts) + " host(s), transport=" +
-              ctx->transport->describe() + ", rendezvous through the " + ctx->store->describe());
+              ctx->transport->describe() + ", rendezvous: " + ctx->store->describe());
   }
   context() = std::move(ctx);
 }

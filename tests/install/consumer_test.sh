@@ -31,4 +31,14 @@ export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig:$scratch/prefix/lib64/pkgc
 g++ -o "$scratch/consumer_pc" "$here/consumer/main.cpp" $(pkg-config --cflags --libs rdmacoll)
 port=$(free_port)
 LD_LIBRARY_PATH="$scratch/prefix/lib:$scratch/prefix/lib64" "$scratch/consumer_pc" "$port"
+# The torch backend, where it was built: importable from the installed tree, and an example
+# runs through the installed launcher.
+pydir=$(ls -d "$scratch"/prefix/lib/python3*/dist-packages 2>/dev/null | head -1 || true)
+if [ -n "$pydir" ] && [ -d "$pydir/rdmacoll_torch" ]; then
+  out=$(cd "$scratch" && PYTHONPATH="$pydir" "$scratch/prefix/bin/rdmacoll-run" -n 2 /usr/bin/python3 \
+        "$here/../../examples/python/all_gather_flat.py")
+  echo "$out"
+  grep -qF "[1] tensor([1., 2., 2., 3.])" <<<"$out"
+  echo "rdmacoll_torch imported from the installed tree: OK"
+fi
 echo "consumer built against the installed rdmacoll: OK"
