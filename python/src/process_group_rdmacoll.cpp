@@ -20,6 +20,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,11 @@ class ProcessGroupRdmacoll final : public c10d::ProcessGroup {
     std::lock_guard lock(world_mutex);
     if (world_owner != this) return;
     world_owner = nullptr;
+    // Python frees the group holding the GIL, and destroy waits for the groups' workers, which
+    // may need it to free the tensors of their last work: release it meanwhile (a deadlock
+    // otherwise, seen when a script's last collective was async).
+    std::optional<py::gil_scoped_release> no_gil;
+    if (PyGILState_Check()) no_gil.emplace();
     try {
       rdmacoll::destroy_process_group();
     } catch (const std::exception&) {
