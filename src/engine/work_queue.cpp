@@ -41,6 +41,10 @@ std::exception_ptr WorkState::error() const {
 }
 
 void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
+  // Without a timeout, run it here if it has not started (a wait with one must return then).
+  if (!timeout && !completed()) {
+    if (auto core = queue_.lock()) core->run_until(this);
+  }
   std::unique_lock lock(mu_);
   if (timeout) {
     if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
@@ -53,60 +57,96 @@ void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   if (error_) std::rethrow_exception(error_);
 }
 
+std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lock) {
+  Item item = std::move(queue.front());
+  queue.pop_front();
+  queued.fetch_sub(1, std::memory_order_release);
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    item.op();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  item.op = nullptr;  // drop the operation's captures (tensors) before reporting completion
+  // Idle before the waiter wakes: its next blocking call then runs on its own thread.
+  busy.store(false, std::memory_order_release);
+  item.work->finish(error);
+  lock.lock();
+  cv.notify_all();
+  return item.work;
+}
+
+bool QueueCore::run_until(const WorkState* target) {
+  std::unique_lock lock(mu);
+  for (;;) {
+    bool queued_here = false;
+    for (const Item& i : queue)
+      queued_here = queued_here || i.work.get() == target;
+    if (!queued_here || !try_acquire()) return false;
+    if (run_front(lock).get() == target) return true;
+  }
+}
+
 std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const char* what) {
   auto work = std::make_shared<WorkState>(what);
-  std::lock_guard lock(mu_);
-  queue_.push_back({std::move(op), work});
-  queued_.fetch_add(1, std::memory_order_release);
+  work->queue_ = core_;
+  QueueCore& c = *core_;
+  std::lock_guard lock(c.mu);
+  c.queue.push_back({std::move(op), work, std::chrono::steady_clock::now()});
+  c.queued.fetch_add(1, std::memory_order_release);
   if (!thread_.joinable()) {
-    stop_ = false;
+    c.stop = false;
     thread_ = std::thread([this] { worker(); });
   }
-  cv_.notify_all();
+  c.cv.notify_all();
   return work;
 }
 
 void GroupQueue::set_idle() {
-  busy_.store(false, std::memory_order_release);
-  if (queued_.load(std::memory_order_acquire) != 0) {
-    std::lock_guard lock(mu_);  // the worker checks busy_ under it: no lost wake-up
-    cv_.notify_all();
+  QueueCore& c = *core_;
+  c.busy.store(false, std::memory_order_release);
+  if (c.queued.load(std::memory_order_acquire) != 0 || c.draining.load()) {
+    std::lock_guard lock(c.mu);  // the worker checks busy under it: no lost wake-up
+    c.cv.notify_all();
   }
 }
 
 void GroupQueue::worker() {
-  std::unique_lock lock(mu_);
+  QueueCore& c = *core_;
+  std::unique_lock lock(c.mu);
   for (;;) {
-    cv_.wait(lock, [&] { return (!queue_.empty() && try_acquire()) || (stop_ && queue_.empty()); });
-    if (queue_.empty()) return;  // stopping, and nothing left
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_release);
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      item.op();
-    } catch (...) {
-      error = std::current_exception();
+    c.cv.wait(lock, [&] { return !c.queue.empty() || c.stop; });
+    if (c.queue.empty()) return;  // stopping, and nothing left
+    // A waiter may take it within the start delay (no hand-off for a blocking torch call).
+    const auto start = c.queue.front().queued_at + kStartDelay;
+    if (!c.stop && std::chrono::steady_clock::now() < start) {
+      c.cv.wait_until(lock, start);
+      continue;
     }
-    item.op = nullptr;  // drop the operation's captures (tensors) before reporting completion
-    // Idle before the waiter wakes: its next blocking call then runs on its own thread.
-    busy_.store(false, std::memory_order_release);
-    item.work->finish(error);
-    lock.lock();
-    cv_.notify_all();
+    if (!c.try_acquire()) {
+      c.cv.wait(lock, [&] { return c.queue.empty() || !c.busy.load(); });
+      continue;
+    }
+    c.run_front(lock);
   }
 }
 
 void GroupQueue::drain() {
+  QueueCore& c = *core_;
   std::thread t;
   {
-    std::unique_lock lock(mu_);
-    stop_ = true;
-    cv_.notify_all();
+    std::unique_lock lock(c.mu);
+    c.draining = true;
+    c.stop = true;
+    c.cv.notify_all();
     t = std::move(thread_);
   }
   if (t.joinable()) t.join();  // the worker runs the queue empty before it returns
+  // A waiter may still be running one of our items on its thread.
+  std::unique_lock lock(c.mu);
+  c.cv.wait(lock, [&] { return c.queue.empty() && !c.busy.load(); });
+  c.draining = false;
 }
 
 }  // namespace rdmacoll::engine

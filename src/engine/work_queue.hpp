@@ -3,8 +3,11 @@
 // ProcessGroupGloo does with its work queue. A blocking call on an idle group runs on the
 // caller's thread (no hand-off: a thread wake-up costs more than an 8-byte collective); one
 // issued with async_op, or behind outstanding work, goes to the group's worker thread, started
-// on first use, so the caller is free until it waits. Groups run on their own threads at once,
-// sharing the process's transport (transport::make_serialized).
+// on first use, so the caller is free until it waits. A caller that waits for work not yet
+// started runs it (and whatever is queued before it) itself: torch issues every collective as
+// async work and waits at once for a blocking one, which then never changes thread. The worker
+// gives a waiter kStartDelay to do so before it starts queued work. Groups run on their own
+// threads at once, sharing the process's transport (transport::make_serialized).
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +24,9 @@
 
 namespace rdmacoll::engine {
 
+class GroupQueue;
+struct QueueCore;
+
 // One issued collective: completion and its error.
 class WorkState {
  public:
@@ -28,7 +34,8 @@ class WorkState {
   void finish(std::exception_ptr error);
   bool completed() const;
   // Rethrows the collective's error; throws Timeout when `timeout` passes first (the
-  // collective keeps running: wait again, or let the group's own timeout end it).
+  // collective keeps running: wait again, or let the group's own timeout end it). Work not yet
+  // started is run on this thread.
   void wait(std::optional<std::chrono::milliseconds> timeout) const;
   std::exception_ptr error() const;
   // Runs `callback(error)` once the work has finished: at once on this thread if it already
@@ -36,7 +43,9 @@ class WorkState {
   void on_completion(std::function<void(std::exception_ptr)> callback);
 
  private:
+  friend class GroupQueue;
   std::string what_;
+  std::weak_ptr<QueueCore> queue_;  // where it waits to start, for a waiter to run it
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -44,9 +53,42 @@ class WorkState {
   std::exception_ptr error_;
 };
 
+// A group's queue state, shared with the WorkStates waiting in it (they may outlive the
+// GroupQueue's owner only while a waiter runs one of them; drain() waits for that).
+struct QueueCore {
+  struct Item {
+    std::function<void()> op;
+    std::shared_ptr<WorkState> work;
+    std::chrono::steady_clock::time_point queued_at;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Item> queue;
+  // An operation of this group is running (on a caller or the worker). Whoever takes it pops
+  // the queue's front before it lowers `queued`, so a caller that sees nothing queued and
+  // takes it runs after everything issued earlier.
+  std::atomic<bool> busy{false};
+  std::atomic<size_t> queued{0};      // queue.size()
+  std::atomic<bool> draining{false};  // drain() waits for an inline operation to end
+  bool stop = false;
+
+  bool try_acquire() {
+    bool idle = false;
+    return busy.compare_exchange_strong(idle, true, std::memory_order_acq_rel);
+  }
+  // Runs the front item (the caller holds `lock` and has acquired `busy`); returns its work.
+  std::shared_ptr<WorkState> run_front(std::unique_lock<std::mutex>& lock);
+  // Runs queued items on this thread up to and including `target`, if it is still queued and
+  // the group is free; false when someone else has it (then wait for it normally).
+  bool run_until(const WorkState* target);
+};
+
 class GroupQueue {
  public:
-  GroupQueue() = default;
+  // How long the worker leaves queued work to a waiter before it starts it itself.
+  static constexpr std::chrono::microseconds kStartDelay{50};
+
+  GroupQueue() : core_(std::make_shared<QueueCore>()) {}
   GroupQueue(const GroupQueue&) = delete;
   GroupQueue& operator=(const GroupQueue&) = delete;
   ~GroupQueue() { drain(); }
@@ -57,7 +99,8 @@ class GroupQueue {
   // small collectives are what DDP and FSDP issue thousands of times a second.
   template <typename F>
   void run(F&& op, const char* what) {
-    if (queued_.load(std::memory_order_acquire) != 0 || !try_acquire()) {
+    QueueCore& c = *core_;
+    if (c.queued.load(std::memory_order_acquire) != 0 || !c.try_acquire()) {
       submit(std::function<void()>(std::forward<F>(op)), what)->wait(std::nullopt);
       return;
     }
@@ -71,30 +114,14 @@ class GroupQueue {
   // Queues `op` for the group's worker thread.
   std::shared_ptr<WorkState> submit(std::function<void()> op, const char* what);
 
-  // Waits until every queued operation has finished, then ends the worker thread.
+  // Waits until every queued operation has finished and none runs, then ends the worker.
   void drain();
 
  private:
-  bool try_acquire() {
-    bool idle = false;
-    return busy_.compare_exchange_strong(idle, true, std::memory_order_acq_rel);
-  }
   void set_idle();
   void worker();
 
-  struct Item {
-    std::function<void()> op;
-    std::shared_ptr<WorkState> work;
-  };
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  // An operation of this group is running (on a caller or the worker). The worker takes it
-  // before it lowers queued_, so a caller that sees nothing queued and takes it runs after
-  // everything issued earlier.
-  std::atomic<bool> busy_{false};
-  std::atomic<size_t> queued_{0};  // queue_.size()
-  bool stop_ = false;
+  std::shared_ptr<QueueCore> core_;
   std::thread thread_;
 };
 
