@@ -165,33 +165,36 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
     for (bool got = false; !got;) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - transport::Clock::now());
+      // Any store call here may find rank 0's store gone (it gave up, or died).
       try {
-        addrs[r] = ctx.store->get(prefix + std::to_string(r),
-                                  std::clamp(left, std::chrono::milliseconds(1), kSlice));
-        got = true;
-      } catch (const Timeout&) {
-        if (ctx.store->check(kAbortKey)) {
-          const std::string why = ctx.store->get_string(kAbortKey, kSlice);
-          acknowledge_abort(ctx);
-          throw InvalidArgument(where + ": the job gave up: " + why);
-        }
-        if (transport::Clock::now() < deadline) continue;
-        // Ranks before r have arrived; of the rest, ask the store which are still missing. If
-        // rank 0 has given up too and taken the store down, all of them are suspects.
-        std::vector<int> missing;
         try {
-          for (int m = r; m < ctx.world_size; ++m) {
-            if (!ctx.store->check(prefix + std::to_string(m))) missing.push_back(m);
+          addrs[r] = ctx.store->get(prefix + std::to_string(r),
+                                    std::clamp(left, std::chrono::milliseconds(1), kSlice));
+          got = true;
+        } catch (const Timeout&) {
+          if (ctx.store->check(kAbortKey)) {
+            const std::string why = ctx.store->get_string(kAbortKey, kSlice);
+            acknowledge_abort(ctx);
+            throw InvalidArgument(where + ": the job gave up: " + why);
           }
-        } catch (const Error&) {
-          missing.clear();
-          for (int m = r; m < ctx.world_size; ++m)
-            missing.push_back(m);
+          if (transport::Clock::now() < deadline) continue;
+          // Ranks before r have arrived; of the rest, ask the store which are still missing.
+          // If rank 0 has given up too and taken the store down, all of them are suspects.
+          std::vector<int> missing;
+          try {
+            for (int m = r; m < ctx.world_size; ++m) {
+              if (!ctx.store->check(prefix + std::to_string(m))) missing.push_back(m);
+            }
+          } catch (const Error&) {
+            missing.clear();
+            for (int m = r; m < ctx.world_size; ++m)
+              missing.push_back(m);
+          }
+          throw Timeout(where + ": ranks " + join(missing) +
+                        " did not join the rendezvous at the " + store_addr + " within " +
+                        std::to_string(ctx.timeout.count()) + " ms");
         }
-        throw Timeout(where + ": ranks " + join(missing) + " did not join the rendezvous at the " +
-                      store_addr + " within " + std::to_string(ctx.timeout.count()) + " ms");
       } catch (const PeerFailure& e) {
-        // Rank 0 hosts our store: it gave up (its own timeout came first) or died.
         throw PeerFailure(where + ": " +
                           (ctx.own_store ? "rank 0, the rendezvous host, at the " : "the ") +
                           store_addr + " went away while rank " + std::to_string(r) +
