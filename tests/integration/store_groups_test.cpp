@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "bootstrap/prefixed_store.hpp"
 #include "bootstrap/store.hpp"
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
@@ -21,26 +22,7 @@ using testing::run_ranks;
 using namespace std::chrono_literals;
 
 // Every key under a prefix of another store, as torch's PrefixStore.
-class PrefixStore final : public Store {
- public:
-  PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
-      : prefix_(std::move(prefix)), inner_(std::move(inner)) {}
-  using Store::set;
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    inner_->set(prefix_ + key, value);
-  }
-  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    return inner_->get(prefix_ + key, timeout);
-  }
-  int64_t add(const std::string& key, int64_t delta) override {
-    return inner_->add(prefix_ + key, delta);
-  }
-  bool check(const std::string& key) override { return inner_->check(prefix_ + key); }
-
- private:
-  std::string prefix_;
-  std::shared_ptr<Store> inner_;
-};
+using PrefixStore = bootstrap::PrefixedStore;
 
 // The job's store, made by the caller: rank 0 hosts a server on the test's port.
 struct CallersStore {
@@ -57,6 +39,15 @@ CallersStore make_store(int rank) {
   return s;
 }
 
+// init_process_group over the caller's store.
+void init_over(const CallersStore& s, int rank, int world) {
+  InitOptions o;
+  o.store = s.store;
+  o.rank = rank;
+  o.world_size = world;
+  init_process_group(o);
+}
+
 testing::RunOptions without_init() {
   testing::RunOptions opt;
   opt.init = false;
@@ -68,11 +59,7 @@ TEST(StoreGroups, WorldAndMemberGroupsOverTheCallersStore) {
       4,
       [](int rank, int world) {
         CallersStore s = make_store(rank);
-        InitOptions o;
-        o.store = s.store;
-        o.rank = rank;
-        o.world_size = world;
-        init_process_group(o);
+        init_over(s, rank, world);
         testing::gather_and_check({}, 100, DType::Float32, DType::Float32, false);
         // Members only: {1, 3} and {0, 1, 2}, each over its own prefix of the store.
         Group pair, three;
@@ -101,11 +88,7 @@ TEST(StoreGroups, ManyMemberGroupsShareTheTransport) {
       3,
       [](int rank, int world) {
         CallersStore s = make_store(rank);
-        InitOptions o;
-        o.store = s.store;
-        o.rank = rank;
-        o.world_size = world;
-        init_process_group(o);
+        init_over(s, rank, world);
         for (int i = 0; i < 300; ++i) {
           Group g = new_member_group(
               std::make_shared<PrefixStore>("g" + std::to_string(i) + "/", s.store), rank, world);
@@ -126,11 +109,7 @@ TEST(StoreGroups, ConflictingGroupRanksRaise) {
       2,
       [](int rank, int world) {
         CallersStore s = make_store(rank);
-        InitOptions o;
-        o.store = s.store;
-        o.rank = rank;
-        o.world_size = world;
-        init_process_group(o);
+        init_over(s, rank, world);
         auto gs = std::make_shared<PrefixStore>("bad/", s.store);
         if (rank == 0) {
           expect_throw_with<Timeout>([&] { new_member_group(gs, 0, 2, 2s); }, "rdmacoll/member/1");
