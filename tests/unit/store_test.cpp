@@ -140,21 +140,25 @@ TEST(StoreServer, ASlowReaderDoesNotBlockOthers) {
     auto get = frame(StoreOp::Get, "big", 8, 8);
     ASSERT_EQ(::send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
   }
+  // Before, the server's one thread sat in send() to the slow reader: the other client got
+  // no answer at all (its requests time out after a minute) and the server never stopped.
+  // The bounds only tell "served" from "stuck": TSan on 2 busy cores takes seconds.
   const auto t0 = Clock::now();
-  StoreClient other("127.0.0.1", server->port(), soon());
+  StoreClient other("127.0.0.1", server->port(), Clock::now() + 20s);
   other.set("k", std::string("v"));
   EXPECT_EQ(other.get_string("k", 1s), "v");
-  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_LT(Clock::now() - t0, 20s);
   const auto t1 = Clock::now();
   server.reset();
-  EXPECT_LT(Clock::now() - t1, 2s);
+  EXPECT_LT(Clock::now() - t1, 20s);
   ::close(fd);
 }
 
 TEST(StoreServer, HalfSentFramesAndSilentClientsAreDropped) {
   StoreLimits limits;
-  limits.hello_deadline = 300ms;
-  limits.frame_deadline = 300ms;
+  // Short, so the test is quick; long enough for the good client's hello under TSan.
+  limits.hello_deadline = 2s;
+  limits.frame_deadline = 2s;
   StoreServer server("127.0.0.1", 0, {}, limits);
   // Says nothing after connecting.
   const int silent = connect_raw(server.port());
