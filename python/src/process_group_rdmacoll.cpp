@@ -16,12 +16,14 @@
 
 #include <rdmacoll/rdmacoll.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rdmacoll_torch {
@@ -43,8 +45,13 @@ auto store_guarded(F&& f) {
   }
 }
 
-// torch's Store as rdmacoll's. c10d's get() waits with the store's own timeout, so get()
-// first waits for the key with ours; c10d errors become rdmacoll's Timeout.
+// torch's Store as rdmacoll's. get() never lets a wait on torch's store time out: torch
+// 1.13's TCPStore leaves a timed-out wait pending on its server, whose answer arrives when the
+// key is set and is read as the reply to the connection's next command (measured: a 100 ms
+// wait that timed out, then the key set, then num_keys() returned 512 and get() timed out;
+// in CI a rank's abort check read it as "abort posted" and init failed with "Stop_waiting
+// response is expected"). rdmacoll waits in short slices, so get() polls check() instead, at
+// an interval that grows with the time already waited: an eighth of it, 100 us to 20 ms.
 class TorchStore final : public rdmacoll::Store {
  public:
   explicit TorchStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
@@ -53,17 +60,16 @@ class TorchStore final : public rdmacoll::Store {
     store_guarded([&] { store_->set(key, value); });
   }
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    try {
-      store_->wait({key}, timeout);
-    } catch (const std::exception& e) {
-      // c10d says "Socket Timeout" or the like for a timeout, else the store went away.
-      const std::string what = e.what();
-      if (what.find("imeout") != std::string::npos) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    while (!check(key)) {
+      const auto waited = Clock::now() - start;
+      if (waited >= timeout) {
         throw rdmacoll::Timeout("timed out after " + std::to_string(timeout.count()) +
-                                " ms waiting for key '" + key + "' in torch's store: " + what);
+                                " ms waiting for key '" + key + "' in torch's store");
       }
-      throw rdmacoll::PeerFailure("torch's store failed while waiting for key '" + key +
-                                  "': " + what);
+      std::this_thread::sleep_for(std::clamp<Clock::duration>(
+          waited / 8, std::chrono::microseconds(100), std::chrono::milliseconds(20)));
     }
     return store_guarded([&] { return store_->get(key); });
   }
@@ -367,6 +373,19 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("is_default"), py::call_guard<py::gil_scoped_release>());
+  // For tests: the store adapter's get(), against a real torch store.
+  m.def(
+      "_store_get",
+      [](const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+         std::chrono::milliseconds timeout) {
+        std::vector<uint8_t> v;
+        {
+          py::gil_scoped_release release;
+          v = rdmacoll_torch::TorchStore(store).get(key, timeout);
+        }
+        return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+      },
+      py::arg("store"), py::arg("key"), py::arg("timeout"));
   m.def("transport_name", [] { return rdmacoll::transport_name(); });
   m.def("is_initialized", [] { return rdmacoll::is_initialized(); });
   // At interpreter exit: a world whose group object was never freed is destroyed while torch

@@ -271,6 +271,27 @@ def case_reinit():
         assert not rdmacoll_torch._C.is_initialized()
 
 
+def case_late():
+    """Ranks arrive seconds apart, as under a real launcher: the early ranks' store waits
+    outlast many of the library's 250 ms abort-check slices. torch 1.13's TCPStore leaves a
+    timed-out wait pending on its server, whose late answer then desynchronizes the
+    connection ("Stop_waiting response is expected"); the backend must never time a wait out
+    on torch's store."""
+    rank = int(os.environ["RANK"])
+    time.sleep(0.8 * rank)  # the skew under test, not a wait for anything
+    rank, p = init()
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    expect_equal(t, torch.full((4,), float(p * (p + 1) // 2)), "all_reduce after a late join")
+    time.sleep(0.8 * (p - 1 - rank))  # skew again, now at new_group
+    sub = dist.new_group(list(range(p)))
+    out = torch.empty(p, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.tensor([rank * 7]), group=sub)
+    expect_equal(out, torch.tensor([r * 7 for r in range(p)]), "all_gather on a late group")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def case_threads():
     """A second Python thread runs collectives on another group while the main thread runs
     its own."""

@@ -84,12 +84,30 @@ def test_documentation_examples(script, expected, n, launcher):
 
 @pytest.mark.parametrize("case,n", [("ops", 3), ("subgroups", 4), ("async", 4),
                                     ("gloo_equal", 4), ("errors", 3), ("reinit", 2),
-                                    ("threads", 3), ("ddp", 2), ("ddp", 4)])
+                                    ("threads", 3), ("late", 3), ("ddp", 2), ("ddp", 4)])
 def test_case(case, n):
     rc, out = launch(n, os.path.join(HERE, "cases.py"), case)
     assert rc == 0, out
     for r in range(n):
         assert f"[{r}] ok {case}" in out, out
+
+
+def test_store_wait_that_times_out_leaves_torchs_store_usable():
+    """torch 1.13's TCPStore answers a timed-out wait later, on the same connection; the
+    backend's store adapter must not wait that way (see TorchStore::get)."""
+    import datetime
+    import torch.distributed as dist
+    import rdmacoll_torch
+    server = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30),
+                           wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", server.port, 2, False,
+                           timeout=datetime.timedelta(seconds=30))
+    with pytest.raises(RuntimeError, match="timed out after 100 ms waiting for key 'k'"):
+        rdmacoll_torch._C._store_get(client, "k", datetime.timedelta(milliseconds=100))
+    server.set("k", "v")
+    assert client.num_keys() == 1 + 1  # "k" and the store's own worker count
+    assert rdmacoll_torch._C._store_get(client, "k", datetime.timedelta(seconds=5)) == b"v"
+    assert client.get("k") == b"v"
 
 
 def test_killed_rank_makes_the_others_raise():
