@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> host_names;
   for (int r = 0; r < p; ++r)
-    host_names.push_back("h" + std::to_string(r / k));  // host-major ranks
+    // host-major ranks; append(), not "h" + ...: GCC 12 -O3 warns -Wrestrict inside
+    // std::string's operator+ (a false positive, GCC bug 105329).
+    host_names.push_back(std::string("h").append(std::to_string(r / k)));
   const topology::Layout layout = topology::layout_of(host_names);
   const auto interleaved = topology::interleaved_order(layout);
   const auto host_major = topology::host_major_order(layout);

@@ -91,7 +91,7 @@ TEST(StoreGroups, ManyMemberGroupsShareTheTransport) {
         init_over(s, rank, world);
         for (int i = 0; i < 300; ++i) {
           Group g = new_member_group(
-              std::make_shared<PrefixStore>("g" + std::to_string(i) + "/", s.store), rank, world);
+              std::make_shared<PrefixStore>(std::string("g").append(std::to_string(i)).append("/"), s.store), rank, world);
           Tensor t = zeros({3});
           t.set(0, rank + i);
           all_reduce(t, ReduceOp::Sum, g);

@@ -95,7 +95,7 @@ TEST(Simulator, RandomLayoutsNeverBeatTheMinimum) {
     const int hosts = 1 + static_cast<int>(rng() % std::min(p, 8));
     std::vector<std::string> names;
     for (int r = 0; r < p; ++r)
-      names.push_back("h" + std::to_string(rng() % hosts));
+      names.push_back(std::string("h") + std::to_string(rng() % hosts));
     const auto l = topology::layout_of(names);
     std::vector<uint64_t> per_host(l.hosts, 0);
     for (int h : l.host_of)

@@ -241,7 +241,10 @@ class VerbsTransport final : public Transport {
     // One registered pool for control buffers: receives then sends, per peer.
     ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
     ctrl_mr_ = std::make_unique<MrEntry>();
-    ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), IBV_ACCESS_LOCAL_WRITE);
+    // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
+    // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
+    constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
+    ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
     if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
     peers_.resize(world_size);
     Bytes wire(sizeof(WireInfo) + 4 * static_cast<size_t>(world_size));
