@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "api/debug.hpp"
+#include "bootstrap/address_envelope.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/prefixed_store.hpp"
 #include "bootstrap/store.hpp"
@@ -253,45 +254,15 @@ void check_shared_settings(Context& ctx) {
   }
 }
 
-// Transport addresses travel wrapped: magic, version, the publishing rank and the transport's
-// name, checked before any transport parses the rest.
-constexpr uint32_t kAddressMagic = 0x52444144;  // "RDAD"
-constexpr uint32_t kAddressVersion = 1;
-
-transport::Bytes wrap_address(int rank, const std::string& transport, const transport::Bytes& a) {
-  const uint32_t header[4] = {kAddressMagic, kAddressVersion, static_cast<uint32_t>(rank),
-                              static_cast<uint32_t>(transport.size())};
-  // One allocation, filled by memcpy (GCC 12 warns falsely on vector::insert of a string).
-  transport::Bytes out(sizeof header + transport.size() + a.size());
-  std::memcpy(out.data(), header, sizeof header);
-  std::memcpy(out.data() + sizeof header, transport.data(), transport.size());
-  if (!a.empty()) std::memcpy(out.data() + sizeof header + transport.size(), a.data(), a.size());
-  return out;
-}
-
 transport::Bytes unwrap_address(Context& ctx, int rank, const std::string& transport,
                                 const transport::Bytes& in) {
-  uint32_t header[4] = {};
-  if (in.size() >= sizeof header) std::memcpy(header, in.data(), sizeof header);
-  const std::string where = "init_process_group (rank " + std::to_string(ctx.rank) + "): ";
-  if (in.size() < sizeof header || header[0] != kAddressMagic || header[1] != kAddressVersion ||
-      header[3] > 64 || in.size() < sizeof header + header[3] + 8) {
-    abort_rendezvous(ctx, where + "the transport address published for rank " +
-                              std::to_string(rank) + " at the " + ctx.store->describe() +
-                              " is malformed (" + std::to_string(in.size()) +
-                              " bytes); not an rdmacoll rank of this version");
+  std::string why;
+  std::optional<transport::Bytes> out = bootstrap::unwrap_address(in, rank, transport, why);
+  if (!out) {
+    abort_rendezvous(ctx, "init_process_group (rank " + std::to_string(ctx.rank) + "): " + why +
+                              " (at the " + ctx.store->describe() + ")");
   }
-  if (header[2] != static_cast<uint32_t>(rank)) {
-    abort_rendezvous(ctx, where + "the transport address under rank " + std::to_string(rank) +
-                              "'s key names rank " + std::to_string(header[2]));
-  }
-  const std::string theirs(reinterpret_cast<const char*>(in.data()) + sizeof header, header[3]);
-  if (theirs != transport) {
-    abort_rendezvous(ctx, where + "rank " + std::to_string(rank) + " uses the " + theirs +
-                              " transport, this rank " + transport +
-                              "; every rank must use the same RDMACOLL_TRANSPORT");
-  }
-  return transport::Bytes(in.begin() + static_cast<ptrdiff_t>(sizeof header + header[3]), in.end());
+  return std::move(*out);
 }
 
 // The job's secret and id: RDMACOLL_AUTH_TOKEN; RDMACOLL_JOB_ID, else the launcher's own
@@ -538,7 +509,7 @@ void init_process_group(const InitOptions& options) {
   const std::string kind = ctx->transport->name();
   ctx->store->set(
       "rdmacoll/addr/" + std::to_string(ctx->rank),
-      wrap_address(ctx->rank, kind, ctx->transport->address(ctx->rank, ctx->world_size)));
+      bootstrap::wrap_address(ctx->rank, kind, ctx->transport->address(ctx->rank, ctx->world_size)));
   std::vector<transport::Bytes> addresses = gather_from_all(*ctx, "rdmacoll/addr/");
   for (int r = 0; r < ctx->world_size; ++r)
     addresses[r] = unwrap_address(*ctx, r, kind, addresses[r]);
