@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
-# Warnings are errors in our builds (RDMACOLL_WERROR), not in a user's cmake.
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMACOLL_WERROR=ON "$@" >/dev/null
+# Warnings are errors in our builds (RDMACOLL_WERROR), not in a user's cmake. Release (-O3) by
+# default, as users build it; BUILD_TYPE=RelWithDebInfo for profiling. CC/CXX pick the compiler.
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DRDMACOLL_WERROR=ON "$@" >/dev/null
 cmake --build "$dir" -j "$(nproc)"

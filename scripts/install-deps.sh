@@ -8,6 +8,7 @@ packages=(
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core  # verbs transport
   libssl-dev                      # the store's authentication (HMAC, random nonces)
   libgtest-dev googletest         # tests
+  clang libclang-rt-14-dev        # the clang build (ASan, UBSan) and its libFuzzer targets
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
   hwloc                           # lstopo, to inspect topology files
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare

@@ -5,22 +5,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc)
-echo "== build (RelWithDebInfo)"
+echo "== build (Release, GCC)"
 bash scripts/build.sh build
 echo "== ctest"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
-echo "== build (ASan+UBSan)"
-bash scripts/build.sh build-asan "-DRDMACOLL_SANITIZE=address;undefined"
-echo "== ctest (ASan+UBSan)"
+echo "== build (ASan+UBSan, clang, with the libFuzzer targets)"
+CC=clang CXX=clang++ BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-asan-clang \
+  "-DRDMACOLL_SANITIZE=address;undefined" -DRDMACOLL_FUZZ=ON
+echo "== ctest (ASan+UBSan, clang; fuzz smoke)"
 # UCX's own allocations are not ours to fix: leaks inside libucs/libucp are suppressed.
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 # hwloc's PCI plugin leaks inside libpciaccess and is unloaded before LSan looks, so its frames
 # cannot be suppressed by name; the sanitizer suite has no PCI NICs to find, so skip the plugin.
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
-(cd build-asan && ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible")
+(cd build-asan-clang && ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible")
 echo "== build (TSan)"
-bash scripts/build.sh build-tsan -DRDMACOLL_SANITIZE=thread
+BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-tsan -DRDMACOLL_SANITIZE=thread
 echo "== ctest (TSan)"
 # libucm's mmap/madvise hooks crash inside TSan's interceptors at thread exit; the UCX
 # transport needs no memory events, so TSan runs without them.
