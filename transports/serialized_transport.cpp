@@ -76,6 +76,14 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->map_remote(peer, base, length, packed_key);
   }
+  void free_mappable(const std::shared_ptr<MemoryRegion>& region) override {
+    std::lock_guard lock(mu_);
+    inner_->free_mappable(region);
+  }
+  void unmap_remote(void* mapped) override {
+    std::lock_guard lock(mu_);
+    inner_->unmap_remote(mapped);
+  }
   void doorbell(int peer) override {
     std::lock_guard lock(mu_);
     inner_->doorbell(peer);

@@ -136,16 +136,22 @@ class Transport {
 
   // Shared memory for load/store protocols (the engine's eager slots). allocate_mappable()
   // returns zeroed memory that same-host peers can map, or nullptr where the transport has
-  // none (verbs, UCX without shared memory); it stays allocated as long as the transport, since
-  // peers may still map it after we dropped it. map_remote() turns a peer's (base, length, key)
-  // into a pointer this process can load from and store to, or nullptr; the mapping lives as
-  // long as the transport. doorbell() wakes `peer` if it blocks in wait_for_event(); the
-  // message carries nothing and the receiving transport consumes it.
+  // none (verbs, UCX without shared memory). The transport keeps it until free_mappable() (then
+  // it goes with the caller's last reference) or its own end: a peer may still be about to map
+  // it, and UCX 1.13 crashes unpacking the key of shared memory already gone. Peers that mapped
+  // it keep their mapping until they unmap it. map_remote() turns a peer's (base, length, key)
+  // into a pointer this process can load from and store to, or nullptr; the mapping lives
+  // until unmap_remote(pointer) or the transport goes. A group frees its eager slots so when it
+  // goes (each new_group once kept ~400 KiB of shared memory per rank to the end). doorbell() wakes
+  // `peer` if it blocks in wait_for_event(); the message carries nothing and the receiving
+  // transport consumes it.
   virtual std::shared_ptr<MemoryRegion> allocate_mappable(size_t /*length*/) { return nullptr; }
   virtual void* map_remote(int /*peer*/, uint64_t /*base*/, size_t /*length*/,
                            std::span<const uint8_t> /*packed_key*/) {
     return nullptr;
   }
+  virtual void free_mappable(const std::shared_ptr<MemoryRegion>& /*region*/) {}
+  virtual void unmap_remote(void* /*mapped*/) {}
   virtual void doorbell(int /*peer*/) {}
 
   // Stops a pending request; afterwards it no longer touches its buffer.

@@ -63,6 +63,11 @@ Group new_group(const std::vector<int>& ranks,
 // first: all groups of a process share its one transport (connections, registrations).
 Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
+// its shared memory is freed, and `group` becomes the default group. Other copies of the
+// handle raise InvalidArgument when used. Dropping the last handle frees a group too. Each
+// member calls it, after its last collective on the group.
+void destroy_group(Group& group);
 void destroy_process_group();
 
 // Name of the transport in use ("ucx", "verbs").

@@ -33,22 +33,25 @@ namespace rdmacoll {
 namespace {
 
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
-// Group ids (14 bits, in every tag): new_group() numbers its groups from 1, in the order every
-// rank calls it; member groups take theirs from a counter in the world's store, from here.
+// Group ids (14 bits, in every tag): new_group() numbers its groups 1..8191, in the order every
+// rank calls it; member groups take 8192..16383 from a counter in the world's store. Both wrap
+// around: an id is reused only once its earlier group is gone (destroyed, or its last handle
+// dropped), so a job may make any number of groups, 8191 of each kind alive at once.
 constexpr long kFirstMemberGroupId = 8192;
+constexpr long kGroupIds = 8192;
 
 struct Context {
   int rank = -1;
   int world_size = 0;
   std::chrono::milliseconds timeout{kDefaultTimeout};
-  std::unique_ptr<bootstrap::StoreServer> server;  // rank 0 only
-  std::shared_ptr<Store> store;                    // ours (a StoreClient) or the caller's
-  bool own_store = false;                          // a StoreClient of rank 0's StoreServer
-  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<bootstrap::StoreServer> server;   // rank 0 only
+  std::shared_ptr<Store> store;                     // ours (a StoreClient) or the caller's
+  bool own_store = false;                           // a StoreClient of rank 0's StoreServer
+  std::shared_ptr<transport::Transport> transport;  // groups hold it weakly, to free their slots
   std::unique_ptr<engine::Engine> engine;
   std::shared_ptr<GroupState> world;
   std::vector<std::weak_ptr<GroupState>> groups;  // new_group()'s, drained at destroy
-  uint32_t next_group_id = 1;
+  uint64_t new_groups_made = 0;  // new_group() calls so far: the same on every rank
   std::vector<topology::LocalPlacement> placements;  // every rank's, index = global rank
   uint64_t generation = 0;  // which init_process_group() of this process made it
 };
@@ -116,6 +119,10 @@ GroupState& resolve(const Group& group, const char* what) {
     throw InvalidArgument(std::string(what) + ": " + g.describe() +
                           " belongs to a process group that was destroyed; call new_group() "
                           "again after init_process_group()");
+  }
+  if (g.destroyed) {
+    throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                          " was destroyed by destroy_group()");
   }
   return g;
 }
@@ -507,9 +514,9 @@ void init_process_group(const InitOptions& options) {
   ctx->transport =
       transport::make_serialized(transport::create_transport(agree_on_transport(*ctx), here.nic));
   const std::string kind = ctx->transport->name();
-  ctx->store->set(
-      "rdmacoll/addr/" + std::to_string(ctx->rank),
-      bootstrap::wrap_address(ctx->rank, kind, ctx->transport->address(ctx->rank, ctx->world_size)));
+  ctx->store->set("rdmacoll/addr/" + std::to_string(ctx->rank),
+                  bootstrap::wrap_address(ctx->rank, kind,
+                                          ctx->transport->address(ctx->rank, ctx->world_size)));
   std::vector<transport::Bytes> addresses = gather_from_all(*ctx, "rdmacoll/addr/");
   for (int r = 0; r < ctx->world_size; ++r)
     addresses[r] = unwrap_address(*ctx, r, kind, addresses[r]);
@@ -519,6 +526,7 @@ void init_process_group(const InitOptions& options) {
   ctx->generation = next_generation();
   ctx->world = std::make_shared<GroupState>();
   ctx->world->generation = ctx->generation;
+  ctx->world->transport = ctx->transport;
   ctx->world->id = 0;
   ctx->world->members.resize(ctx->world_size);
   std::iota(ctx->world->members.begin(), ctx->world->members.end(), 0);
@@ -569,6 +577,20 @@ std::string host_of(int rank) {
 }
 }  // namespace detail
 
+// Ids wrap around (kGroupIds): the group that had this id before must be gone.
+void check_id_free(Context& ctx, uint32_t id, const char* where) {
+  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
+  for (const auto& w : ctx.groups) {
+    auto g = w.lock();
+    if (g && g->id == id && !g->destroyed) {
+      throw InvalidArgument(std::string(where) + ": too many groups alive at once (at most " +
+                            std::to_string(kGroupIds - 1) + " of each kind); " + g->describe() +
+                            " still holds id " + std::to_string(id) +
+                            ": destroy_group() the groups you are done with");
+    }
+  }
+}
+
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {
   Context& ctx = require_context("new_group");
   std::vector<int> sorted = ranks;
@@ -583,11 +605,9 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   }
   auto g = std::make_shared<GroupState>();
   g->generation = ctx.generation;
-  g->id = ctx.next_group_id++;
-  if (g->id >= kFirstMemberGroupId) {
-    throw InvalidArgument("new_group: too many groups (limit " +
-                          std::to_string(kFirstMemberGroupId - 1) + ")");
-  }
+  g->transport = ctx.transport;
+  g->id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (kGroupIds - 1));
+  check_id_free(ctx, g->id, "new_group");
   g->members = sorted;
   std::vector<topology::LocalPlacement> member_placements;
   for (int r : sorted)
@@ -626,7 +646,7 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   store->set(claim, std::to_string(ctx.rank));
   if (group_rank == 0) {
     const int64_t n = ctx.store->add("rdmacoll/member_groups", 1);
-    store->set("rdmacoll/group_id", std::to_string(kFirstMemberGroupId + n - 1));
+    store->set("rdmacoll/group_id", std::to_string(kFirstMemberGroupId + (n - 1) % kGroupIds));
   }
   std::vector<int> members(group_size);
   for (int r = 0; r < group_size; ++r) {
@@ -653,12 +673,14 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   }
   const std::string id_text = store->get_string("rdmacoll/group_id", wait);
   const long id = std::strtol(id_text.c_str(), nullptr, 10);
-  if (id < kFirstMemberGroupId || id >= (1 << 14)) {
-    throw InvalidArgument(where + ": too many member groups in this job (limit " +
-                          std::to_string((1 << 14) - kFirstMemberGroupId) + ")");
+  if (id < kFirstMemberGroupId || id >= kFirstMemberGroupId + kGroupIds) {
+    throw InvalidArgument(where + ": the group id '" + id_text + "' in the store is not one of " +
+                          "rdmacoll's");
   }
+  check_id_free(ctx, static_cast<uint32_t>(id), where.c_str());
   auto g = std::make_shared<GroupState>();
   g->generation = ctx.generation;
+  g->transport = ctx.transport;
   g->id = static_cast<uint32_t>(id);
   g->members = members;
   std::vector<topology::LocalPlacement> member_placements;
@@ -670,6 +692,18 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(g);
   return Group(std::move(g));
+}
+
+void destroy_group(Group& group) {
+  if (group.is_default()) {
+    throw InvalidArgument("destroy_group: the default group goes with destroy_process_group()");
+  }
+  GroupState& g = *group.state();
+  if (!g.destroyed) {
+    g.destroyed = true;
+    g.release();
+  }
+  group = Group();
 }
 
 void destroy_process_group() {

@@ -20,6 +20,18 @@ void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallD
   }
 }
 
+void EagerSlots::release(transport::Transport& t) {
+  for (uint8_t* peer : peers_) {
+    if (peer && peer != local_) t.unmap_remote(peer);
+  }
+  peers_.clear();
+  // Active or Off: every member is past mapping (Off from Unset: nobody maps).
+  if (region_ && (state_ == State::Active || state_ == State::Off)) t.free_mappable(region_);
+  region_.reset();
+  local_ = nullptr;
+  state_ = State::Off;
+}
+
 void EagerSlots::advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
                          const std::vector<CallDescriptor>& all) {
   const int p = static_cast<int>(members.size());
@@ -31,7 +43,7 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
       offered = offered && !d.slot_key.empty() && d.slot_capacity == capacity_;
     if (!offered) {
       state_ = State::Off;
-      region_.reset();
+      release(t);
       return;
     }
     peers_.assign(p, nullptr);
@@ -50,10 +62,7 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
     for (const auto& d : all)
       everyone = everyone && d.slots_mapped;
     state_ = everyone ? State::Active : State::Off;
-    if (!everyone) {
-      peers_.clear();
-      region_.reset();
-    }
+    if (!everyone) release(t);
     log::info("eager slots for a group of " + std::to_string(p) +
               " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
   }

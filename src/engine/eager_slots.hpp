@@ -56,6 +56,11 @@ class EagerSlots {
   void advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
                const std::vector<CallDescriptor>& all);
 
+  // The group is going: unmaps the peers' regions and frees ours once no peer can still be
+  // about to map it (every member's second call said it had mapped, or nobody offered);
+  // before that, the transport keeps ours to its end.
+  void release(transport::Transport& t);
+
   uint8_t* local_slot(int sender, uint64_t seq) const {
     return local_ + slot_offset(sender, seq, capacity_);
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,15 @@ struct CallScratch {
 
 class GroupState {
  public:
+  ~GroupState() { release(); }
+  // Finishes the group's outstanding work and frees what it holds in the transport (its eager
+  // slots); the group stays valid to describe, not to call. Run by destroy_group() and when
+  // the last handle goes.
+  void release() {
+    queue.drain();
+    if (auto t = transport.lock()) scratch.slots.release(*t);
+  }
+
   uint32_t id = 0;              // 0 is the world; new_group() numbers the rest in call order
   std::vector<int> members;     // global ranks, in group rank order
   int rank = -1;                // this process's group rank, -1 for a non-member
@@ -46,6 +56,9 @@ class GroupState {
   uint64_t next_seq = 0;              // calls so far; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
+  bool destroyed = false;             // destroy_group() ran: other handles can no longer call
+  // Expired once destroy_process_group() took the transport (which freed everything itself).
+  std::weak_ptr<transport::Transport> transport;
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   CallScratch scratch;
   engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -190,8 +191,9 @@ class UcxTransport final : public Transport {
     }
     for (int i = 0; i < 1000 && !inflight_.empty(); ++i)
       ucp_worker_progress(worker_);
-    for (ucp_rkey_h k : mapped_keys_)
+    for (const auto& [mapped, k] : mapped_keys_)
       ucp_rkey_destroy(k);
+    mapped_keys_.clear();
     // A group may hold its eager slots past destroy_process_group(): free them while the
     // context still exists.
     for (auto& region : allocated_)
@@ -311,8 +313,19 @@ class UcxTransport final : public Transport {
       ucp_rkey_destroy(rkey);
       return nullptr;
     }
-    mapped_keys_.push_back(rkey);  // the mapping lives as long as the rkey
+    mapped_keys_[first] = rkey;  // the mapping lives as long as the rkey
     return first;
+  }
+
+  void free_mappable(const std::shared_ptr<MemoryRegion>& region) override {
+    std::erase_if(allocated_, [&](const auto& r) { return r == region; });
+  }
+
+  void unmap_remote(void* mapped) override {
+    auto it = mapped_keys_.find(mapped);
+    if (it == mapped_keys_.end()) return;
+    ucp_rkey_destroy(it->second);
+    mapped_keys_.erase(it);
   }
 
   void doorbell(int peer) override {
@@ -620,8 +633,8 @@ class UcxTransport final : public Transport {
   std::vector<Bytes> addresses_;
   std::vector<std::unique_ptr<PeerSlot>> peers_;
   std::vector<std::shared_ptr<UcxRequest>> inflight_;
-  std::vector<ucp_rkey_h> mapped_keys_;
-  // Mappable regions live as long as the transport, not as their group: a peer may map ours
+  std::map<void*, ucp_rkey_h> mapped_keys_;  // map_remote()'s pointers
+  // Mappable regions live as long as the transport until free_mappable(): a peer may map ours
   // after we are done with the group (it maps during its own call), and UCX 1.13 crashes
   // when unpacking the key of shared memory that is already gone.
   std::vector<std::shared_ptr<UcxMemoryRegion>> allocated_;
