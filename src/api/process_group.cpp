@@ -487,8 +487,10 @@ void init_process_group(const InitOptions& options) {
                   " is open to anyone who can connect (no RDMACOLL_AUTH_TOKEN)");
       }
     }
-    ctx->store = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline,
-                                                          credentials);
+    auto client = std::make_shared<bootstrap::StoreClient>(rv.master_addr, rv.master_port, deadline,
+                                                           credentials);
+    client->set_op_timeout(ctx->timeout);
+    ctx->store = std::move(client);
     ctx->own_store = true;
   }
   claim_rank(*ctx);
@@ -723,10 +725,23 @@ void destroy_process_group() {
   for (const auto& w : ctx->groups) {
     if (auto g = w.lock()) failed = failed || g->broken.has_value();
   }
+  // After a failure the whole of destroy (both waits below) fits in one grace.
   const auto grace = abort_grace(*ctx);
+  const auto grace_end = std::chrono::steady_clock::now() + grace;
+  auto grace_left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        grace_end - std::chrono::steady_clock::now()));
+  };
+  // A stopped rank 0 would hold every store call for the op timeout: after a failure, the grace.
+  if (auto* client = dynamic_cast<bootstrap::StoreClient*>(ctx->store.get()); client && failed) {
+    client->set_op_timeout(grace);
+  }
   try {
     const int64_t n = ctx->store->add("rdmacoll/destroy", 1);
-    if (n < ctx->world_size) ctx->store->get("rdmacoll/destroyed", failed ? grace : ctx->timeout);
+    if (n < ctx->world_size) {
+      ctx->store->get("rdmacoll/destroyed", failed ? grace_left() : ctx->timeout);
+    }
     if (n == ctx->world_size) ctx->store->set("rdmacoll/destroyed", std::string("1"));
   } catch (const Error& e) {
     if (!failed)
@@ -739,7 +754,8 @@ void destroy_process_group() {
   try {
     const int64_t n = ctx->store->add("rdmacoll/closed", 1);
     if (ctx->rank == 0) {
-      if (n < ctx->world_size) ctx->store->get("rdmacoll/all_closed", grace);
+      if (n < ctx->world_size)
+        ctx->store->get("rdmacoll/all_closed", failed ? grace_left() : grace);
     } else if (n == ctx->world_size) {
       ctx->store->set("rdmacoll/all_closed", std::string("1"));
     }

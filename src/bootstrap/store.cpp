@@ -296,12 +296,8 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
   return out;
 }
 
-namespace {
-constexpr std::chrono::milliseconds kShortOp(60'000);
-}
-
 void StoreClient::set(const std::string& key, const Bytes& value) {
-  request(StoreOp::Set, key, value, kShortOp);
+  request(StoreOp::Set, key, value, std::chrono::milliseconds(op_timeout_ms_.load()));
 }
 
 Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -309,18 +305,18 @@ Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
-  Bytes r = request(StoreOp::Add, key, int_bytes(delta), kShortOp);
+  Bytes r = request(StoreOp::Add, key, int_bytes(delta), std::chrono::milliseconds(op_timeout_ms_.load()));
   int64_t v = 0;
   if (r.size() == sizeof v) std::memcpy(&v, r.data(), sizeof v);
   return v;
 }
 
 bool StoreClient::check(const std::string& key) {
-  return request(StoreOp::Check, key, {}, kShortOp).at(0) != 0;
+  return request(StoreOp::Check, key, {}, std::chrono::milliseconds(op_timeout_ms_.load())).at(0) != 0;
 }
 
 void StoreClient::erase(const std::string& key) {
-  request(StoreOp::Delete, key, {}, kShortOp);
+  request(StoreOp::Delete, key, {}, std::chrono::milliseconds(op_timeout_ms_.load()));
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

@@ -116,6 +116,9 @@ class StoreClient final : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   std::string address() const { return host_ + ":" + std::to_string(port_); }
+  // How long set, add, check and erase wait for the server's answer (a stopped rank 0 answers
+  // never): the job's timeout, and after a failure the short cleanup grace. 60 s until set.
+  void set_op_timeout(std::chrono::milliseconds timeout) { op_timeout_ms_ = timeout.count(); }
 
  private:
   void prove(const StoreCredentials& credentials, Clock::time_point deadline);
@@ -123,6 +126,7 @@ class StoreClient final : public Store {
                 std::chrono::milliseconds timeout);
 
   std::mutex mutex_;
+  std::atomic<int64_t> op_timeout_ms_{60'000};
   int fd_ = -1;
   std::string host_;
   uint16_t port_;

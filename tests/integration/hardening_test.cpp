@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -242,6 +246,65 @@ TEST(Hardening, ManyGroupsLeaveMemoryAndDescriptorsFlat) {
     RANK_CHECK(open_descriptors() == fds_warm,
                "descriptors " << fds_warm << " -> " << open_descriptors());
   }));
+}
+
+// Survivors of a failure leave destroy_process_group within the cleanup grace (min(timeout,
+// 10 s)), not a whole timeout again: survivors once sat 70 s there with rank 0 stopped (a
+// hard-coded 60 s store call + 10 s) and the full collective timeout (30 min by default) with a
+// rank killed. `victim` fails at call 20: SIGKILL, or SIGSTOP (then rank 1 kills it, by the pid
+// it left in a file, so the run ends).
+void expect_bounded_cleanup(int victim, int sig, const char* timeout_s, double bound_s) {
+  const std::string pid_file =
+      "/tmp/rdmacoll-cleanup-" + std::to_string(::getpid()) + "-" + std::to_string(victim);
+  testing::RunOptions opt = without_init({{"RDMACOLL_TIMEOUT_S", timeout_s}});
+  opt.kill_on_failure = false;
+  opt.deadline = 120s;
+  const auto results = run_ranks(
+      3,
+      [&](int rank, int p) {
+        init_process_group();
+        if (rank == victim) std::ofstream(pid_file) << ::getpid();
+        Tensor in = zeros({256}), out = zeros({256 * p});
+        for (int i = 0;; ++i) {
+          if (rank == victim && i == 20) ::raise(sig);
+          try {
+            all_gather_into_tensor(out, in);
+          } catch (const Error& e) {
+            RANK_CHECK(dynamic_cast<const PeerFailure*>(&e) || dynamic_cast<const Timeout*>(&e),
+                       "unexpected error: " << e.what());
+            break;
+          }
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        destroy_process_group();
+        const double took =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rank == 1 && sig == SIGSTOP) {
+          pid_t pid = 0;
+          std::ifstream(pid_file) >> pid;
+          if (pid > 0) ::kill(pid, SIGKILL);
+        }
+        RANK_CHECK(took < bound_s, "destroy_process_group took " << took << " s after the failure");
+      },
+      opt);
+  std::remove(pid_file.c_str());
+  for (int r = 0; r < 3; ++r) {
+    if (r == victim) {
+      EXPECT_EQ(results[r].exit_code, 128 + SIGKILL) << testing::describe(results);
+    } else {
+      EXPECT_EQ(results[r].exit_code, 0) << testing::describe(results);
+    }
+  }
+}
+
+TEST(Hardening, CleanupAfterAKilledRankIsBoundedByTheGrace) {
+  // Timeout 60 s: grace 10 s, plus the store's own reply allowance.
+  expect_bounded_cleanup(2, SIGKILL, "60", 12.5);
+}
+
+TEST(Hardening, CleanupWithRank0StoppedIsBoundedByTheGrace) {
+  // Timeout 3 s: the survivors raise Timeout at 3 s, then leave within ~3 s.
+  expect_bounded_cleanup(0, SIGSTOP, "3", 6.0);
 }
 
 }  // namespace
