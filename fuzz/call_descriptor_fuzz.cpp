@@ -21,7 +21,9 @@ bool same(const CallDescriptor& a, const CallDescriptor& b) {
          a.total_numel == b.total_numel && a.reduce_op == b.reduce_op && a.root == b.root &&
          eq(a.key, b.key) && a.error == b.error && eq(a.inline_data, b.inline_data) &&
          a.slot_addr == b.slot_addr && eq(a.slot_key, b.slot_key) &&
-         a.slot_capacity == b.slot_capacity && a.slots_mapped == b.slots_mapped;
+         a.slot_capacity == b.slot_capacity && a.slots_mapped == b.slots_mapped &&
+         a.global_rank == b.global_rank && a.group_size == b.group_size &&
+         a.group_creation == b.group_creation && a.group_digest == b.group_digest;
 }
 
 }  // namespace

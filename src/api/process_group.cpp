@@ -534,6 +534,8 @@ void init_process_group(const InitOptions& options) {
   std::iota(ctx->world->members.begin(), ctx->world->members.end(), 0);
   apply_topology(*ctx->world, ctx->placements);
   ctx->world->rank = ctx->rank;
+  ctx->world->global_rank = ctx->rank;
+  ctx->world->set_identity(0);
   ctx->world->timeout = ctx->timeout;
   if (ctx->rank == 0) {
     log::info("rank 0: " + std::to_string(ctx->world_size) + " ranks on " +
@@ -611,6 +613,8 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   g->id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (kGroupIds - 1));
   check_id_free(ctx, g->id, "new_group");
   g->members = sorted;
+  g->global_rank = ctx.rank;
+  g->set_identity(ctx.new_groups_made);  // this new_group call's number, from 1
   std::vector<topology::LocalPlacement> member_placements;
   for (int r : sorted)
     member_placements.push_back(ctx.placements[r]);
@@ -685,6 +689,8 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   g->transport = ctx.transport;
   g->id = static_cast<uint32_t>(id);
   g->members = members;
+  g->global_rank = ctx.rank;
+  g->set_identity(static_cast<uint64_t>(id));
   std::vector<topology::LocalPlacement> member_placements;
   for (int r : members)
     member_placements.push_back(ctx.placements[r]);

@@ -55,6 +55,20 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank) continue;
     CallDescriptor d = CallDescriptor::parse(messages[peer], lengths[peer]);
+    if (d.group_digest != g.digest) {
+      // Nothing was written yet, but the ranks hold different groups under one id: no later
+      // call on it can be trusted either.
+      const std::string why =
+          "ranks disagree on the group: world rank " + std::to_string(d.global_rank) +
+          " sent this call as group rank " + std::to_string(d.rank) + " of " +
+          std::to_string(d.group_size) + " in the group of its new_group call #" +
+          std::to_string(d.group_creation) + ", this rank (world rank " +
+          std::to_string(g.global_rank) + ") is in " + g.describe() + " of its new_group call #" +
+          std::to_string(g.creation) +
+          "; every rank must call new_group with the same ranks, in the same order";
+      g.broken = why;
+      throw InvalidArgument(call.where() + ": " + why);
+    }
     if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
       throw TransportError(call.where() + ": descriptor from rank " +
                            std::to_string(call.global(peer)) + " is for another call (group " +
@@ -113,8 +127,12 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
                                                         Call& call, const CallDescriptor& mine_in) {
   const int p = g.size();
   CallScratch& s = g.scratch;
-  if (s.slots.active()) return exchange_through_slots(t, g, call, mine_in);
   CallDescriptor mine = mine_in;
+  mine.global_rank = g.global_rank;
+  mine.group_size = static_cast<uint32_t>(p);
+  mine.group_creation = g.creation;
+  mine.group_digest = g.digest;
+  if (s.slots.active()) return exchange_through_slots(t, g, call, mine);
   // Sized for the largest descriptor any member may send: header, key, error and an eager
   // chunk. Allocated once per group.
   const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));

@@ -37,7 +37,10 @@ struct Fixed {
   uint32_t slot_capacity;
   uint64_t total_numel;
   int32_t root;
-  uint32_t reserved2;
+  uint32_t group_size;
+  uint64_t group_creation;
+  uint64_t group_digest;
+  int32_t global_rank;
 };
 
 static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
@@ -105,7 +108,10 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 slot_capacity,
                 total_numel,
                 root,
-                0};
+                group_size,
+                group_creation,
+                group_digest,
+                global_rank};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -170,6 +176,10 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.reduce_op = f.reduce_op;
   d.total_numel = f.total_numel;
   d.root = f.root;
+  d.global_rank = f.global_rank;
+  d.group_size = f.group_size;
+  d.group_creation = f.group_creation;
+  d.group_digest = f.group_digest;
   d.inline_data = {p, f.inline_len};
   return d;
 }

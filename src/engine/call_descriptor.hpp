@@ -44,6 +44,13 @@ struct CallDescriptor {
   uint64_t total_numel = 0;
   uint8_t reduce_op = 0;
   int32_t root = 0;  // broadcast: the source's group rank
+  // Which group the sender means: its world rank, and its group's size, creation number (the
+  // n-th new_group) and digest of members and creation. A rank that made its groups otherwise
+  // (other members, a skipped new_group) can reach us under the same tag; it is refused.
+  int32_t global_rank = -1;
+  uint32_t group_size = 0;
+  uint64_t group_creation = 0;
+  uint64_t group_digest = 0;
   // Views: into the parsed buffer, or (for our own descriptor) into memory the caller keeps
   // alive until serialize_into() returns.
   std::span<const uint8_t> key;

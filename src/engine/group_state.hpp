@@ -55,6 +55,9 @@ class GroupState {
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it
+  int global_rank = -1;               // this process's world rank
+  uint64_t creation = 0;              // its new_group() call number (member groups: their id)
+  uint64_t digest = 0;                // of creation and members: every member's must agree
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   bool destroyed = false;             // destroy_group() ran: other handles can no longer call
   // Expired once destroy_process_group() took the transport (which freed everything itself).
@@ -64,6 +67,22 @@ class GroupState {
   engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes
 
   int size() const { return static_cast<int>(members.size()); }
+  // Sets creation and digest (FNV-1a over the creation number and the member list).
+  void set_identity(uint64_t creation_number) {
+    creation = creation_number;
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ull;
+      }
+    };
+    mix(creation);
+    mix(members.size());
+    for (int m : members)
+      mix(static_cast<uint64_t>(m));
+    digest = h;
+  }
   bool is_member() const { return rank >= 0; }
   std::string describe() const;  // "group 1 (ranks [0, 1])"
 };
