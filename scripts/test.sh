@@ -19,13 +19,13 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 # hwloc's PCI plugin leaks inside libpciaccess and is unloaded before LSan looks, so its frames
 # cannot be suppressed by name; the sanitizer suite has no PCI NICs to find, so skip the plugin.
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
-(cd build-asan-clang && ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible")
+(cd build-asan-clang && ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
 echo "== build (TSan)"
 BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-tsan -DRDMACOLL_SANITIZE=thread
 echo "== ctest (TSan)"
 # libucm's mmap/madvise hooks crash inside TSan's interceptors at thread exit; the UCX
 # transport needs no memory events, so TSan runs without them.
 (cd build-tsan && UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1 \
-  ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible")
+  ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
 echo "== SoftRoCE (verbs over rdma_rxe in QEMU)"
 bash tests/softroce/run-suite.sh build

@@ -43,7 +43,8 @@ struct Fixed {
   int32_t global_rank;
 };
 
-static_assert(sizeof(Fixed) <= 128, "descriptor_capacity() leaves 128 bytes for the header");
+static_assert(sizeof(Fixed) + kMaxSlotKeyBytes <= kInlineOverhead,
+              "descriptor_capacity() leaves room for the header and a slot key");
 
 }  // namespace
 

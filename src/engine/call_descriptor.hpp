@@ -89,9 +89,18 @@ inline constexpr size_t kMaxDescriptorBytes = 4096;
 // RDMACOLL_EAGER_LIMIT overrides it (bytes, for measurements; every rank must set the same).
 size_t eager_limit(int p, int hosts = 1, size_t max_message = SIZE_MAX);
 
+// What travels with an inline chunk: the header and the keys (a group's first call carries
+// its eager-slot key; slots are not offered with a key beyond kMaxSlotKeyBytes). It was 128
+// bytes, and a chunk of exactly the eager limit on a group's first call did not fit beside a
+// 29-byte shared-memory key: the root raised alone and its peers timed out (found by
+// tests/chaos).
+inline constexpr size_t kMaxSlotKeyBytes = 512;
+inline constexpr size_t kInlineOverhead = 1024;
+
 // Room a descriptor receive buffer needs when chunks up to `limit` travel inline.
 inline size_t descriptor_capacity(size_t limit) {
-  return limit + 128 > kMaxDescriptorBytes ? limit + 128 : kMaxDescriptorBytes;
+  return limit + kInlineOverhead > kMaxDescriptorBytes ? limit + kInlineOverhead
+                                                       : kMaxDescriptorBytes;
 }
 
 // Tags: kind (2 bits) | group (14) | seq (24) | index (24). Data tags carry the first chunk

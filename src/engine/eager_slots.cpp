@@ -8,6 +8,10 @@ void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallD
   if (state_ == State::Unset) {
     capacity_ = capacity;
     region_ = t.allocate_mappable(region_bytes(p, capacity));
+    if (region_ && region_->packed_key().size() > kMaxSlotKeyBytes) {
+      t.free_mappable(region_);  // no peer has seen it
+      region_.reset();
+    }
     if (region_) {
       key_ = region_->packed_key();
       local_ = static_cast<uint8_t*>(region_->base());

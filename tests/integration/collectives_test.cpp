@@ -156,6 +156,23 @@ TEST(Broadcast, GroupSizesOneToEightAndSixteenMiB) {
   }));
 }
 
+// A chunk of exactly the eager limit (64 KiB at 3 ranks) on a group's first call, which also
+// carries the group's eager-slot key: the descriptor did not fit its buffer, the root raised
+// alone and its peers timed out (found by tests/chaos). Every call here is a group's first.
+TEST(Broadcast, ChunkOfExactlyTheEagerLimitOnAGroupsFirstCall) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    for (int root = 0; root < 3; ++root) {
+      Group g = new_group({0, 1, 2});
+      broadcast_and_check(g, root, 64 << 10, DType::UInt8, root);
+      Group h = new_group({0, 1, 2});
+      Tensor in = zeros({16 << 10}, DType::Float32), out = zeros({3 * (16 << 10)}, DType::Float32);
+      testing::fill_input(in, rank, root);
+      all_gather_into_tensor(out, in, h);
+      testing::check_gathered(out, 3, root, DType::Float32);
+    }
+  }));
+}
+
 TEST(BroadcastErrors, BadInputRaisesOnEveryRank) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     Group sub = new_group({0, 1});

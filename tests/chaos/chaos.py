@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Chaos and soak runs: random collectives (chaos_worker) on 2-8 ranks, with a fault in most
+runs: a rank SIGKILLed or SIGSTOPped at a random moment, or hostile clients on the rendezvous
+port (garbage, half frames, a hello without the token, a flood of connections). Counts, over
+all runs: hangs (a survivor still running past timeout + grace + slack), crashes (a survivor
+killed by a signal or exiting with another code), wrong elements, and unexpected errors (an
+error in a run without a fault that could cause one). All must be 0.
+
+    tests/chaos/chaos.py --worker build/tests/chaos_worker --runs 1000
+"""
+import argparse
+import os
+import random
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+TIMEOUT_S = 5   # RDMACOLL_TIMEOUT_S of every run
+GRACE_S = 5     # cleanup after a failure: min(timeout, 10 s)
+SLACK_S = 25    # start-up, hwloc, a loaded 2-core machine
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hostile_client(port, kind, stop):
+    """Misbehaves at the store until `stop` is set; only ever connects to 127.0.0.1."""
+    magic = struct.pack("<I", 0x52444353)
+    while not stop.is_set():
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=1)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        try:
+            if kind == "garbage":
+                s.sendall(os.urandom(random.randint(1, 4096)))
+            elif kind == "half_frame":  # a header promising 64 MiB, then silence
+                s.sendall(magic + bytes([1, 0, 0, 0]) + struct.pack("<II", 8, 64 << 20) + b"k" * 8)
+                stop.wait(1.0)
+            elif kind == "no_token":  # a well-formed hello without the job's proof
+                s.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))
+                s.recv(4096)
+            elif kind == "flood":
+                extra = []
+                for _ in range(50):
+                    try:
+                        extra.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+                    except OSError:
+                        break
+                stop.wait(0.5)
+                for e in extra:
+                    e.close()
+        except OSError:
+            pass
+        finally:
+            s.close()
+        stop.wait(0.02)
+
+
+def one_run(worker, index, seed, rng):
+    n = rng.choice([2, 2, 3, 3, 4, 4, 5, 6, 8])
+    fault = rng.choice(["none", "kill", "kill", "stop", "stop", "hostile"])
+    calls = rng.randint(5, 60)
+    env = dict(os.environ)
+    port = free_port()
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
+               RDMACOLL_TIMEOUT_S=str(TIMEOUT_S), RDMACOLL_AUTH_TOKEN=secrets.token_hex(16),
+               RDMACOLL_JOB_ID=f"chaos-{index}", UCX_WARN_UNUSED_ENV_VARS="n")
+    if rng.random() < 0.3:
+        env["UCX_TLS"] = "tcp"
+    if rng.random() < 0.3:
+        env["RDMACOLL_ALGO"] = rng.choice(["ring", "bruck", "direct"])
+    procs = []
+    for r in range(n):
+        e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+        procs.append(subprocess.Popen([worker, str(seed), str(calls)], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    victim = rng.randrange(n) if fault in ("kill", "stop") else None
+    stop = threading.Event()
+    hostile = None
+    if fault == "hostile":
+        kind = rng.choice(["garbage", "half_frame", "no_token", "flood"])
+        hostile = threading.Thread(target=hostile_client, args=(port, kind, stop), daemon=True)
+        hostile.start()
+        fault = "hostile:" + kind
+    start = time.monotonic()
+    if victim is not None:
+        time.sleep(rng.uniform(0.0, 2.0))
+        if procs[victim].poll() is None:
+            procs[victim].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+    deadline = start + TIMEOUT_S + GRACE_S + SLACK_S + (2.0 if victim is not None else 0)
+    survivors = [r for r in range(n) if r != victim]
+    hung = []
+    for r in survivors:
+        try:
+            procs[r].wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            hung.append(r)
+    stop.set()
+    for p in procs:  # the stopped victim and anything hung
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    outs = [p.stdout.read() for p in procs]
+    result = {"fault": fault, "n": n, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
+              "ok_ranks": 0, "error_ranks": 0, "notes": []}
+    for r in hung:
+        result["hang"] += 1
+        result["notes"].append(f"rank {r} hung:\n{outs[r][-2000:]}")
+    for r in survivors:
+        if r in hung:
+            continue
+        code = procs[r].returncode
+        if code == 0:
+            result["ok_ranks"] += 1
+        elif code == 3:
+            result["error_ranks"] += 1
+            if fault == "none" or fault.startswith("hostile"):
+                result["unexpected"] += 1
+                result["notes"].append(f"rank {r} raised without a fault:\n{outs[r][-2000:]}")
+        elif code == 4:
+            result["wrong"] += 1
+            result["notes"].append(f"rank {r} wrong:\n{outs[r][-2000:]}")
+        else:
+            result["crash"] += 1
+            result["notes"].append(f"rank {r} exit {code}:\n{outs[r][-3000:]}")
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    master_seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(master_seed)
+    totals = {"runs": 0, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
+              "ok_ranks": 0, "error_ranks": 0}
+    faults = {}
+    t0 = time.monotonic()
+    for i in range(args.runs):
+        seed = rng.randrange(1 << 62)
+        res = one_run(args.worker, i, seed, rng)
+        totals["runs"] += 1
+        for k in ("hang", "crash", "wrong", "unexpected", "ok_ranks", "error_ranks"):
+            totals[k] += res[k]
+        faults[res["fault"].split(":")[0]] = faults.get(res["fault"].split(":")[0], 0) + 1
+        if res["notes"]:
+            print(f"run {i} (seed {seed}, {res['n']} ranks, fault {res['fault']}):", flush=True)
+            for note in res["notes"]:
+                print("  " + note.replace("\n", "\n  "), flush=True)
+    took = time.monotonic() - t0
+    print(f"chaos: master seed {master_seed}, {totals['runs']} runs in {took:.0f} s "
+          f"(faults: {faults}); survivor ranks ok {totals['ok_ranks']}, clear errors "
+          f"{totals['error_ranks']}; hangs {totals['hang']}, crashes {totals['crash']}, "
+          f"wrong elements {totals['wrong']}, unexpected errors {totals['unexpected']}",
+          flush=True)
+    bad = totals["hang"] + totals["crash"] + totals["wrong"] + totals["unexpected"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
