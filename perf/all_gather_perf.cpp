@@ -215,33 +215,44 @@ void gather(Tensor& out, Tensor& in, bool list, int world) {
   all_gather(outs, in);
 }
 
-// Times `call` (warm-up, then a barrier and one timed call per iteration) and returns the
-// slowest rank's statistics; #wrong is left to the caller.
+// Times `call` as nccl-tests does, and every row of perf/compare: after the warm-up, one
+// barrier, then `iters` calls back to back; a rank's time is the elapsed time over `iters`, and
+// the slowest rank's is reported. Then, for the latency spread, `iters` more calls each timed
+// alone after a barrier: p50 and p99 of the slowest rank per call. #wrong is left to the caller.
 template <typename Call>
 Result time_calls(const Call& call, int iters, int warmup, int world, Progress& progress) {
   for (int i = 0; i < warmup; ++i)
     call();
+  barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    progress.tick(i, 2 * iters);
+    call();
+  }
+  const double mean =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+      iters;
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
-    progress.tick(i, iters);
+    progress.tick(iters + i, 2 * iters);
     barrier();
     const auto t0 = std::chrono::steady_clock::now();
     call();
     times.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
-  // The slowest rank decides: gather every rank's times.
+  // The slowest rank decides: gather every rank's mean and per-call times.
+  times.push_back(mean);
   Tensor mine = Tensor::view(times.data(), DType::Float64, {static_cast<int64_t>(times.size())});
-  Tensor all = zeros({static_cast<int64_t>(world) * iters}, DType::Float64);
+  Tensor all = zeros({static_cast<int64_t>(world) * (iters + 1)}, DType::Float64);
   all_gather_into_tensor(all, mine);
   std::vector<double> slowest(iters, 0.0);
+  Result res{};
   for (int r = 0; r < world; ++r) {
     for (int i = 0; i < iters; ++i)
-      slowest[i] = std::max(slowest[i], all.item(r * iters + i));
+      slowest[i] = std::max(slowest[i], all.item(r * (iters + 1) + i));
+    res.mean_us = std::max(res.mean_us, all.item(r * (iters + 1) + iters));
   }
-  Result res{};
-  for (double t : slowest)
-    res.mean_us += t / iters;
   std::sort(slowest.begin(), slowest.end());
   res.p50_us = slowest[slowest.size() / 2];
   res.p99_us = slowest[std::min(slowest.size() - 1, static_cast<size_t>(slowest.size() * 0.99))];

@@ -8,6 +8,8 @@ torch 1.13's gloo backend has no all_gather_into_tensor, so with gloo this gathe
 all_gather into views of one pre-allocated output tensor (the same memory layout); rdmacoll
 runs all_gather_into_tensor. Launched by rdmacoll-run
 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Rank 0 prints "RESULT <bytes> <mean us> <wrong>".
+Timing as nccl-tests does (and every row of perf/compare): after the warm-up, one barrier, then
+ITERS calls back to back; a rank's mean is the elapsed time over ITERS.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 import os
@@ -18,18 +20,22 @@ import torch
 import torch.distributed as dist
 
 
+def time_back_to_back(call, iters):
+    """One barrier, then `iters` calls back to back: the elapsed seconds."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return time.perf_counter() - t0
+
+
 def all_reduce(nbytes, iters, warmup, rank, world):
     """dist.all_reduce (float32 SUM, in place), the torch peer of rdmacoll's all_reduce."""
     n = nbytes // 4
     t = torch.zeros(n, dtype=torch.float32)
     for _ in range(warmup):
         dist.all_reduce(t)
-    total = 0.0
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(t)
-        total += time.perf_counter() - t0
+    total = time_back_to_back(lambda: dist.all_reduce(t), iters)
     idx = torch.arange(n, dtype=torch.int64)
     t = ((idx + rank) % 5).to(torch.float32)
     dist.all_reduce(t)
@@ -42,12 +48,7 @@ def broadcast(nbytes, iters, warmup, rank):
     t = torch.zeros(nbytes, dtype=torch.uint8)
     for _ in range(warmup):
         dist.broadcast(t, 0)
-    total = 0.0
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.broadcast(t, 0)
-        total += time.perf_counter() - t0
+    total = time_back_to_back(lambda: dist.broadcast(t, 0), iters)
     expect = ((torch.arange(nbytes, dtype=torch.int64) * 7) % 256).to(torch.uint8)
     t = expect.clone() if rank == 0 else torch.zeros(nbytes, dtype=torch.uint8)
     dist.broadcast(t, 0)
@@ -61,12 +62,7 @@ def reduce_scatter(nbytes, iters, warmup, rank, world):
     out = torch.zeros(m, dtype=torch.float32)
     for _ in range(warmup):
         dist.reduce_scatter_tensor(out, inp)
-    total = 0.0
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.reduce_scatter_tensor(out, inp)
-        total += time.perf_counter() - t0
+    total = time_back_to_back(lambda: dist.reduce_scatter_tensor(out, inp), iters)
     idx = torch.arange(world * m, dtype=torch.int64)
     inp = ((idx + rank) % 5).to(torch.float32)
     dist.reduce_scatter_tensor(out, inp)
@@ -102,12 +98,7 @@ def main():
 
     for _ in range(warmup):
         gather()
-    total = 0.0
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        gather()
-        total += time.perf_counter() - t0
+    total = time_back_to_back(lambda: gather(), iters)
     expect = torch.cat([((torch.arange(n, dtype=torch.int64) + r * 7) % 256).to(torch.uint8)[:nbytes]
                         for r in range(world)])
     wrong = int((out != expect).sum())

@@ -3,7 +3,9 @@
  * "reducescatter", MPI_Reduce_scatter_block (float SUM; BYTES is the input, p x the output);
  * "bcast", MPI_Bcast from rank 0. Built by compare.py with Open MPI's and with MPICH's mpicc.
  *   mpirun -np N mpi_allgather BYTES_PER_RANK ITERS WARMUP [allreduce|reducescatter|bcast]
- * Rank 0 prints "RESULT <bytes> <mean us of the slowest rank> <wrong> <world size>". */
+ * Rank 0 prints "RESULT <bytes> <mean us of the slowest rank> <wrong> <world size>".
+ * Timing as nccl-tests does (and every row of perf/compare): after the warm-up, one barrier,
+ * then ITERS calls back to back; a rank's mean is the elapsed time over ITERS. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,17 @@ static int report(size_t bytes, double total, int iters, long wrong, int rank, i
   return all_wrong != 0;
 }
 
+/* One barrier, then `iters` calls back to back: the elapsed seconds. */
+#define TIME_BACK_TO_BACK(total, iters, call) \
+  do {                                        \
+    MPI_Barrier(MPI_COMM_WORLD);              \
+    const double t0_ = MPI_Wtime();           \
+    for (int i_ = 0; i_ < (iters); ++i_) {    \
+      call;                                   \
+    }                                         \
+    (total) = MPI_Wtime() - t0_;              \
+  } while (0)
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, world;
@@ -34,19 +47,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warmup; ++i)
       MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     double total = 0;
-    for (int i = 0; i < iters; ++i) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      total += MPI_Wtime() - t0;
-    }
+    TIME_BACK_TO_BACK(total, iters,
+                      MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     /* Check: (r + i) % 5 summed over ranks. */
-    for (int i = 0; i < n; ++i) buf[i] = (float)((rank + i) % 5);
+    for (int i = 0; i < n; ++i)
+      buf[i] = (float)((rank + i) % 5);
     MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     long wrong = 0;
     for (int i = 0; i < n; ++i) {
       float want = 0;
-      for (int r = 0; r < world; ++r) want += (float)((r + i) % 5);
+      for (int r = 0; r < world; ++r)
+        want += (float)((r + i) % 5);
       wrong += buf[i] != want;
     }
     free(buf);
@@ -58,22 +69,21 @@ int main(int argc, char** argv) {
     if (m < 1) m = 1;
     float* in = malloc((size_t)m * world * sizeof(float));
     float* out = malloc((size_t)m * sizeof(float));
-    for (int i = 0; i < m * world; ++i) in[i] = 0;
+    for (int i = 0; i < m * world; ++i)
+      in[i] = 0;
     for (int i = 0; i < warmup; ++i)
       MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     double total = 0;
-    for (int i = 0; i < iters; ++i) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      total += MPI_Wtime() - t0;
-    }
-    for (int i = 0; i < m * world; ++i) in[i] = (float)((rank + i) % 5);
+    TIME_BACK_TO_BACK(total, iters,
+                      MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    for (int i = 0; i < m * world; ++i)
+      in[i] = (float)((rank + i) % 5);
     MPI_Reduce_scatter_block(in, out, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     long wrong = 0;
     for (int i = 0; i < m; ++i) {
       float want = 0;
-      for (int r = 0; r < world; ++r) want += (float)((r + rank * m + i) % 5);
+      for (int r = 0; r < world; ++r)
+        want += (float)((r + rank * m + i) % 5);
       wrong += out[i] != want;
     }
     free(in);
@@ -82,37 +92,34 @@ int main(int argc, char** argv) {
   }
   if (argc > 4 && strcmp(argv[4], "bcast") == 0) {
     unsigned char* buf = malloc(bytes ? bytes : 1);
-    for (int i = 0; i < warmup; ++i) MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-    double total = 0;
-    for (int i = 0; i < iters; ++i) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
+    for (int i = 0; i < warmup; ++i)
       MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-      total += MPI_Wtime() - t0;
-    }
-    for (size_t i = 0; i < bytes; ++i) buf[i] = rank == 0 ? (unsigned char)(i * 7) : 0;
+    double total = 0;
+    TIME_BACK_TO_BACK(total, iters, MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD));
+    for (size_t i = 0; i < bytes; ++i)
+      buf[i] = rank == 0 ? (unsigned char)(i * 7) : 0;
     MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
     long wrong = 0;
-    for (size_t i = 0; i < bytes; ++i) wrong += buf[i] != (unsigned char)(i * 7);
+    for (size_t i = 0; i < bytes; ++i)
+      wrong += buf[i] != (unsigned char)(i * 7);
     free(buf);
     return report(bytes, total, iters, wrong, rank, world);
   }
   unsigned char* in = malloc(bytes ? bytes : 1);
   unsigned char* out = malloc(bytes ? bytes * world : 1);
-  for (size_t i = 0; i < bytes; ++i) in[i] = (unsigned char)(rank * 7 + i);
+  for (size_t i = 0; i < bytes; ++i)
+    in[i] = (unsigned char)(rank * 7 + i);
   for (int i = 0; i < warmup; ++i) {
     MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
   }
   double total = 0;
-  for (int i = 0; i < iters; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
-    total += MPI_Wtime() - t0;
-  }
+  TIME_BACK_TO_BACK(
+      total, iters,
+      MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
   long wrong = 0;
   for (int r = 0; r < world; ++r) {
-    for (size_t i = 0; i < bytes; ++i) wrong += out[r * bytes + i] != (unsigned char)(r * 7 + i);
+    for (size_t i = 0; i < bytes; ++i)
+      wrong += out[r * bytes + i] != (unsigned char)(r * 7 + i);
   }
   free(in);
   free(out);
