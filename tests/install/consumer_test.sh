@@ -25,17 +25,19 @@ cmake --install "$build" --prefix "$scratch/prefix" >/dev/null
 cmake -S "$here/consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
 port=$(free_port)
-LD_LIBRARY_PATH="$scratch/prefix/lib:$scratch/prefix/lib64" "$scratch/consumer/consumer" "$port"
+# The library directory: lib, lib64, or lib/<multiarch> for a build configured for /usr.
+libdir=$(dirname "$(find "$scratch/prefix" -name 'librdmacoll.so.0' | head -1)")
+LD_LIBRARY_PATH="$libdir" "$scratch/consumer/consumer" "$port"
 # pkg-config route
-export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig:$scratch/prefix/lib64/pkgconfig"
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
 g++ -o "$scratch/consumer_pc" "$here/consumer/main.cpp" $(pkg-config --cflags --libs rdmacoll)
 port=$(free_port)
-LD_LIBRARY_PATH="$scratch/prefix/lib:$scratch/prefix/lib64" "$scratch/consumer_pc" "$port"
+LD_LIBRARY_PATH="$libdir" "$scratch/consumer_pc" "$port"
 # The torch backend, where it was built: importable from the installed tree, and an example
 # runs through the installed launcher.
 pydir=$(ls -d "$scratch"/prefix/lib/python3*/dist-packages 2>/dev/null | head -1 || true)
 if [ -n "$pydir" ] && [ -d "$pydir/rdmacoll_torch" ]; then
-  out=$(cd "$scratch" && PYTHONPATH="$pydir" "$scratch/prefix/bin/rdmacoll-run" -n 2 /usr/bin/python3 \
+  out=$(cd "$scratch" && PYTHONPATH="$pydir" LD_LIBRARY_PATH="$libdir" "$scratch/prefix/bin/rdmacoll-run" -n 2 /usr/bin/python3 \
         "$here/../../examples/python/all_gather_flat.py")
   echo "$out"
   grep -qF "[1] tensor([1., 2., 2., 3.])" <<<"$out"
