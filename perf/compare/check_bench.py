@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks and plots a multi-host all_gather_perf run fetched by ansible/bench.yml.
 
-  check_bench.py RESULTS_DIR --hosts N --world W
+  check_bench.py RESULTS_DIR --hosts N --world W [--transport verbs]
 
 RESULTS_DIR holds one folder per host with that host's rank-*.json files (all_gather_perf -J
 '...rank-%r.json'). Fails unless every rank 0..W-1 reported exactly once, the reports come from
@@ -21,6 +21,7 @@ def main():
     ap.add_argument("results")
     ap.add_argument("--hosts", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--transport", default="", help="every rank must have used this transport")
     args = ap.parse_args()
     reports = []
     for path in sorted(glob.glob(os.path.join(args.results, "*", "rank-*.json"))):
@@ -39,6 +40,9 @@ def main():
     if len(folders) != args.hosts:
         problems.append(f"fetched from {len(folders)} inventory host(s), expected {args.hosts}")
     for r in reports:
+        if args.transport and r.get("transport") != args.transport:
+            problems.append(f"rank {r['rank']} on {r['host']} used the {r.get('transport')} "
+                            f"transport, not {args.transport}")
         if r["world"] != args.world:
             problems.append(f"rank {r['rank']} ran in a world of {r['world']}")
         for row in r["results"]:
