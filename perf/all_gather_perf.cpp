@@ -359,8 +359,20 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
 
 }  // namespace
 
+int run_sweep(const Options& o);
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  // A failed run says why on every rank and exits 1 (it aborted on the uncaught exception).
+  try {
+    return run_sweep(o);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "all_gather_perf: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run_sweep(const Options& o) {
   init_process_group();
   const int rank = get_rank();
   const int world = get_world_size();

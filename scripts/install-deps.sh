@@ -14,6 +14,7 @@ packages=(
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
   libtorch-dev pybind11-dev python3-pybind11 python3-dev python3-pytest  # the torch backend
   ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test
+  ansible-mitogen kmod dpkg-dev   # the SoftRoCE-VM Ansible test (modprobe in the guests), the .deb
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc)
-echo "== build (Release, GCC)"
-bash scripts/build.sh build
+echo "== build (Release, GCC; for /usr, so that it is also what the .deb packages)"
+bash scripts/build.sh build -DCMAKE_INSTALL_PREFIX=/usr
 echo "== ctest"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
 echo "== build (ASan+UBSan, clang, with the libFuzzer targets)"
@@ -29,3 +29,7 @@ echo "== ctest (TSan)"
   ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
 echo "== SoftRoCE (verbs over rdma_rxe in QEMU)"
 bash tests/softroce/run-suite.sh build
+echo "== the .deb on a VM's clean overlay: apt install, an example from /usr over verbs, removal"
+bash tests/package/deb-in-vm.sh build
+echo "== Ansible over SSH into two SoftRoCE VMs: provision rxe, install the .deb, bench over verbs"
+bash tests/ansible/softroce/run.sh build

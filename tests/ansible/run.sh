@@ -28,7 +28,7 @@ echo "== 3 namespace hosts"
 bash "$here/hosts.sh" down >/dev/null 2>&1 || true
 bash "$here/hosts.sh" up 3
 
-overrides=(-e rdmacoll_apt_update=false -e rdmacoll_apt_throttle=1 -e "bench_results=$results"
+overrides=(-e rdmacoll_install=source -e rdmacoll_apt_update=false -e rdmacoll_apt_throttle=1 -e "bench_results=$results"
   -e '{"bench_env": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}}'
   -e '{"bench_args": "-b 8 -e 1M -f 8 -n 10 -w 2 -c 1"}')
 echo "== ansible-playbook site.yml"
