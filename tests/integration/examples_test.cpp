@@ -132,9 +132,10 @@ TEST(Launcher, PerfShowsProgressOnATerminalAndIsQuietWhenPiped) {
 
   CommandResult tty = run("script -qec '" + kRun + args + "' /dev/null");
   ASSERT_EQ(tty.exit_code, 0) << tty.output;
-  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 8 out-of-place 0/3"), std::string::npos)
+  // -n 3: 6 timed calls per column, 3 back to back, then 3 each alone after a barrier.
+  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 8 out-of-place 0/6"), std::string::npos)
       << tty.output;
-  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 64 in-place 0/3"), std::string::npos)
+  EXPECT_NE(tty.output.find("[0] # all_gather_perf size 64 in-place 0/6"), std::string::npos)
       << tty.output;
   EXPECT_NE(tty.output.find("\r\033[K"), std::string::npos) << "status never erased";
   EXPECT_NE(tty.output.find("# total #wrong: 0"), std::string::npos) << tty.output;
