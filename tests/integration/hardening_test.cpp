@@ -196,15 +196,21 @@ long open_descriptors() {
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kGroupCycles = 2000;  // the sanitizers make each cycle several times slower
+#define RDMACOLL_TEST_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int kGroupCycles = 2000;
-#else
-constexpr int kGroupCycles = 10000;
+#define RDMACOLL_TEST_SANITIZED 1
 #endif
+#endif
+#ifdef RDMACOLL_TEST_SANITIZED
+// The sanitizers make each cycle several times slower, and resident memory says nothing there:
+// ASan keeps freed blocks in a 256 MB quarantine (measured: +250 MB over 1800 groups, over TCP
+// too, where groups hold no shared memory); LSan checks for leaks at exit instead.
+constexpr int kGroupCycles = 2000;
+constexpr bool kCheckResidentMemory = false;
 #else
 constexpr int kGroupCycles = 10000;
+constexpr bool kCheckResidentMemory = true;
 #endif
 
 // Every new_group kept ~400 KiB of shared memory per rank (its eager slots) to the end: 1000
@@ -241,8 +247,9 @@ TEST(Hardening, ManyGroupsLeaveMemoryAndDescriptorsFlat) {
       }
     }
     const long grown = rss_kib() - rss_warm;
-    RANK_CHECK(grown < 16 * 1024, "resident memory grew " << grown << " KiB over "
-                                                          << kGroupCycles * 9 / 10 << " groups");
+    RANK_CHECK(
+        !kCheckResidentMemory || grown < 16 * 1024,
+        "resident memory grew " << grown << " KiB over " << kGroupCycles * 9 / 10 << " groups");
     RANK_CHECK(open_descriptors() == fds_warm,
                "descriptors " << fds_warm << " -> " << open_descriptors());
   }));
