@@ -296,6 +296,26 @@ TEST(Hardening, RanksThatMadeDifferentGroupsRaiseInsteadOfMixingResults) {
       opt));
 }
 
+// One rank skipped a new_group call: its next group got another id than the others', so no
+// call of theirs matches its own. Every rank raises (Timeout) and none returns a result.
+TEST(Hardening, ARankThatSkippedANewGroupRaisesAndNoRankReturnsAResult) {
+  testing::RunOptions opt;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "5"}};
+  expect_all_ok(run_ranks(
+      3,
+      [](int rank, int) {
+        if (rank != 2) Group pair = new_group({0, 1});  // rank 2 skips this one
+        Group all = new_group({0, 1, 2});
+        Tensor t = zeros({4});
+        for (int i = 0; i < 4; ++i)
+          t.set(i, 100.0 * (rank + 1));
+        expect_throw_with<Timeout>([&] { all_reduce(t, ReduceOp::Sum, all); }, "");
+        for (int i = 0; i < 4; ++i)
+          RANK_CHECK(t.item(i) == 100.0 * (rank + 1), "element " << i << " was written");
+      },
+      opt));
+}
+
 // Survivors of a failure leave destroy_process_group within the cleanup grace (min(timeout,
 // 10 s)), not a whole timeout again: survivors once sat 70 s there with rank 0 stopped (a
 // hard-coded 60 s store call + 10 s) and the full collective timeout (30 min by default) with a
