@@ -26,8 +26,7 @@ std::vector<uint8_t> wrap_address(int rank, const std::string& transport,
 }
 
 std::optional<std::vector<uint8_t>> unwrap_address(const std::vector<uint8_t>& in, int rank,
-                                                   const std::string& transport,
-                                                   std::string& why) {
+                                                   const std::string& transport, std::string& why) {
   uint32_t header[4] = {};
   if (in.size() >= sizeof header) std::memcpy(header, in.data(), sizeof header);
   if (in.size() < sizeof header || header[0] != kAddressMagic || header[1] != kAddressVersion ||

@@ -17,7 +17,6 @@ std::vector<uint8_t> wrap_address(int rank, const std::string& transport,
 // nullopt, with `why` finishing "the transport address published for rank N ...", when it is
 // not what such a rank publishes.
 std::optional<std::vector<uint8_t>> unwrap_address(const std::vector<uint8_t>& in, int rank,
-                                                   const std::string& transport,
-                                                   std::string& why);
+                                                   const std::string& transport, std::string& why);
 
 }  // namespace rdmacoll::bootstrap

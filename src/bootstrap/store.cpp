@@ -305,14 +305,16 @@ Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
-  Bytes r = request(StoreOp::Add, key, int_bytes(delta), std::chrono::milliseconds(op_timeout_ms_.load()));
+  Bytes r = request(StoreOp::Add, key, int_bytes(delta),
+                    std::chrono::milliseconds(op_timeout_ms_.load()));
   int64_t v = 0;
   if (r.size() == sizeof v) std::memcpy(&v, r.data(), sizeof v);
   return v;
 }
 
 bool StoreClient::check(const std::string& key) {
-  return request(StoreOp::Check, key, {}, std::chrono::milliseconds(op_timeout_ms_.load())).at(0) != 0;
+  return request(StoreOp::Check, key, {}, std::chrono::milliseconds(op_timeout_ms_.load())).at(0) !=
+         0;
 }
 
 void StoreClient::erase(const std::string& key) {

@@ -102,8 +102,8 @@ TEST(Launcher, SetsTheRendezvousEnvironment) {
           " -n 3 sh -c 'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR/${MASTER_PORT:+port}\"'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
-    const std::string want = std::string("[") + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
-                             std::to_string(rank) + "/127.0.0.1/port";
+    const std::string want = std::string("[") + std::to_string(rank) + "] " + std::to_string(rank) +
+                             "/3/" + std::to_string(rank) + "/127.0.0.1/port";
     EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
   }
 }

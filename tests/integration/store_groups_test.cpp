@@ -90,8 +90,10 @@ TEST(StoreGroups, ManyMemberGroupsShareTheTransport) {
         CallersStore s = make_store(rank);
         init_over(s, rank, world);
         for (int i = 0; i < 300; ++i) {
-          Group g = new_member_group(
-              std::make_shared<PrefixStore>(std::string("g").append(std::to_string(i)).append("/"), s.store), rank, world);
+          Group g =
+              new_member_group(std::make_shared<PrefixStore>(
+                                   std::string("g").append(std::to_string(i)).append("/"), s.store),
+                               rank, world);
           Tensor t = zeros({3});
           t.set(0, rank + i);
           all_reduce(t, ReduceOp::Sum, g);
