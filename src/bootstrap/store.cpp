@@ -297,7 +297,7 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
 }
 
 void StoreClient::set(const std::string& key, const Bytes& value) {
-  request(StoreOp::Set, key, value, std::chrono::milliseconds(op_timeout_ms_.load()));
+  request(StoreOp::Set, key, value, op_timeout());
 }
 
 Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -305,20 +305,18 @@ Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
-  Bytes r = request(StoreOp::Add, key, int_bytes(delta),
-                    std::chrono::milliseconds(op_timeout_ms_.load()));
+  Bytes r = request(StoreOp::Add, key, int_bytes(delta), op_timeout());
   int64_t v = 0;
   if (r.size() == sizeof v) std::memcpy(&v, r.data(), sizeof v);
   return v;
 }
 
 bool StoreClient::check(const std::string& key) {
-  return request(StoreOp::Check, key, {}, std::chrono::milliseconds(op_timeout_ms_.load())).at(0) !=
-         0;
+  return request(StoreOp::Check, key, {}, op_timeout()).at(0) != 0;
 }
 
 void StoreClient::erase(const std::string& key) {
-  request(StoreOp::Delete, key, {}, std::chrono::milliseconds(op_timeout_ms_.load()));
+  request(StoreOp::Delete, key, {}, op_timeout());
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

@@ -119,6 +119,9 @@ class StoreClient final : public Store {
   // How long set, add, check and erase wait for the server's answer (a stopped rank 0 answers
   // never): the job's timeout, and after a failure the short cleanup grace. 60 s until set.
   void set_op_timeout(std::chrono::milliseconds timeout) { op_timeout_ms_ = timeout.count(); }
+  std::chrono::milliseconds op_timeout() const {
+    return std::chrono::milliseconds(op_timeout_ms_.load());
+  }
 
  private:
   void prove(const StoreCredentials& credentials, Clock::time_point deadline);
