@@ -73,7 +73,7 @@ std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lo
   busy.store(false, std::memory_order_release);
   item.work->finish(error);
   lock.lock();
-  cv.notify_all();
+  if (worker_waits_busy || draining.load()) cv.notify_all();
   return item.work;
 }
 
@@ -84,6 +84,7 @@ bool QueueCore::run_until(const WorkState* target) {
     for (const Item& i : queue)
       queued_here = queued_here || i.work.get() == target;
     if (!queued_here || !try_acquire()) return false;
+    waiter_took_last = true;
     if (run_front(lock).get() == target) return true;
   }
 }
@@ -93,13 +94,15 @@ std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const ch
   work->queue_ = core_;
   QueueCore& c = *core_;
   std::lock_guard lock(c.mu);
-  c.queue.push_back({std::move(op), work, std::chrono::steady_clock::now()});
+  c.last_submit = std::chrono::steady_clock::now();
+  c.queue.push_back({std::move(op), work, c.last_submit});
   c.queued.fetch_add(1, std::memory_order_release);
   if (!thread_.joinable()) {
     c.stop = false;
     thread_ = std::thread([this] { worker(); });
   }
-  c.cv.notify_all();
+  // A polling worker finds it within kInlinePoll, by which time a waiter has usually run it.
+  if (c.worker_asleep || !c.waiter_took_last) c.cv.notify_all();
   return work;
 }
 
@@ -116,8 +119,17 @@ void GroupQueue::worker() {
   QueueCore& c = *core_;
   std::unique_lock lock(c.mu);
   for (;;) {
-    c.cv.wait(lock, [&] { return !c.queue.empty() || c.stop; });
-    if (c.queue.empty()) return;  // stopping, and nothing left
+    if (c.queue.empty()) {
+      if (c.stop) return;  // stopping, and nothing left
+      if (c.waiter_took_last && std::chrono::steady_clock::now() - c.last_submit < kInlinePoll) {
+        c.cv.wait_for(lock, kInlinePoll);
+      } else {
+        c.worker_asleep = true;
+        c.cv.wait(lock, [&] { return !c.queue.empty() || c.stop; });
+        c.worker_asleep = false;
+      }
+      continue;
+    }
     // A waiter may take it within the start delay (no hand-off for a blocking torch call).
     const auto start = c.queue.front().queued_at + kStartDelay;
     if (!c.stop && std::chrono::steady_clock::now() < start) {
@@ -125,9 +137,12 @@ void GroupQueue::worker() {
       continue;
     }
     if (!c.try_acquire()) {
+      c.worker_waits_busy = true;
       c.cv.wait(lock, [&] { return c.queue.empty() || !c.busy.load(); });
+      c.worker_waits_busy = false;
       continue;
     }
+    c.waiter_took_last = false;
     c.run_front(lock);
   }
 }
