@@ -57,6 +57,11 @@ class SerializedTransport final : public Transport {
     return inner_->recv(peer, tag, buffer, capacity);
   }
   bool needs_registered_source() const override { return inner_->needs_registered_source(); }
+  bool needs_ready_exchange() const override { return inner_->needs_ready_exchange(); }
+  void forget_registration(const MemoryRegion& region) override {
+    std::lock_guard lock(mu_);
+    inner_->forget_registration(region);
+  }
   RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                    size_t dst_offset, size_t length, uint64_t signal) override {
     std::lock_guard lock(mu_);

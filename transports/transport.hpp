@@ -109,8 +109,15 @@ class Transport {
   // connect() takes every rank's (index = global rank). Endpoints may be created lazily.
   virtual Bytes address(int my_rank, int world_size) = 0;
   virtual void connect(int my_rank, const std::vector<Bytes>& addresses) = 0;
+  // Whether every rank must have finished connect() before any rank sends (the caller then
+  // waits for all through the store). Verbs: a QP still in RESET or INIT drops what arrives
+  // without a NAK, and the sender retries only after the QP timeout (seconds), as perftest and
+  // NCCL's net_ib note; UCX's wire-up handles this itself.
+  virtual bool needs_ready_exchange() const { return false; }
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
+  // After a failed call: stop reusing `region`'s registration (engine/exposed_region.hpp).
+  virtual void forget_registration(const MemoryRegion& /*region*/) {}
   virtual std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
                                                       std::span<const uint8_t> packed_key) = 0;
 

@@ -10,6 +10,7 @@
 
 #include "engine/call.hpp"
 #include "engine/engine.hpp"
+#include "engine/exposed_region.hpp"
 #include "schedule/binomial_tree.hpp"
 
 namespace rdmacoll::engine {
@@ -82,6 +83,7 @@ void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const Al
   Call call(transport_, g, "broadcast", spin_);
   const int p = g.size();
   std::shared_ptr<transport::MemoryRegion> region;
+  const ExposedRegion exposed(transport_, region);
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(g, call, a);
   if (mine.ok) {
@@ -136,6 +138,7 @@ void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs
   {
     Call call(transport_, g, "broadcast", spin_);
     std::shared_ptr<transport::MemoryRegion> region;
+    const ExposedRegion exposed(transport_, region);
     transport::Bytes key;
     CallDescriptor mine = make_descriptor(g, call, a);
     if (mine.ok) {

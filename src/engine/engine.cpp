@@ -8,6 +8,7 @@
 
 #include "common/log.hpp"
 #include "engine/call.hpp"
+#include "engine/exposed_region.hpp"
 
 namespace rdmacoll {
 
@@ -96,6 +97,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   }
 
   std::shared_ptr<transport::MemoryRegion> region;
+  const ExposedRegion exposed(transport_, region);
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(g, call, a);
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message

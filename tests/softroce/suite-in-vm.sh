@@ -9,6 +9,19 @@ failed=0
 echo "== rdma devices: $(ibv_devinfo -l 2>/dev/null | tr -s '\n' ' ')"
 echo "== verbs_tests"
 ./tests/verbs_tests --gtest_color=no || failed=$((failed + 1))
+echo "== fabric settings: logged at info, overrides honoured, bad ones refused"
+out=$(RDMACOLL_IB_TC=106 ./rdmacoll-run -n 2 ./example_all_gather_flat 2>&1)
+echo "$out" | grep "verbs: rxe" | head -2
+if ! grep -qE "verbs: rxe0:1 GID index [0-9]+ [0-9.]+ \(RoCE v2\), traffic class 106 \(RDMACOLL_IB_TC\), SL 0, P_Key index 0, MTU [0-9]+" <<<"$out"; then
+  echo "FAILED: the chosen GID, traffic class and MTU are not logged"
+  failed=$((failed + 1))
+fi
+out=$(RDMACOLL_IB_PKEY=0x1234 ./rdmacoll-run -n 2 ./example_all_gather_flat 2>&1)
+if [ $? -eq 0 ] || ! grep -q "P_Key 0x1234 (RDMACOLL_IB_PKEY) is not in rxe0:1's P_Key table" <<<"$out"; then
+  echo "$out" | tail -5
+  echo "FAILED: an absent P_Key is not refused clearly"
+  failed=$((failed + 1))
+fi
 echo "== seed examples over verbs"
 ./tests/examples_test --gtest_color=no --gtest_filter='Examples.*' || failed=$((failed + 1))
 if [ -f python/rdmacoll_torch/__init__.py ]; then

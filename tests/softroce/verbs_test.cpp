@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "api/debug.hpp"
@@ -41,6 +45,84 @@ TEST_P(VerbsGroupSize, OneElementToOneMiBFlatAndStacked) {
 
 INSTANTIATE_TEST_SUITE_P(Verbs, VerbsGroupSize, ::testing::Values(2, 3, 4));
 
+// Rank 1's QPs reach RTS 1.5 s after rank 0's (a test hook). Rank 0 must not send into a QP
+// still in RESET: that SEND is dropped without a NAK and retried only after the QP timeout
+// (4.3 s). With the ready exchange rank 0 waits in init instead, and the first call is quick.
+TEST(Verbs, LateQpTransitionsDoNotStallTheFirstCall) {
+  using std::chrono::milliseconds;
+  using std::chrono::steady_clock;
+  RunOptions opt;
+  opt.init = false;
+  opt.env = {{"RDMACOLL_TEST_QP_DELAY_MS", "1500"}, {"RDMACOLL_TEST_QP_DELAY_RANK", "1"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        const auto t0 = steady_clock::now();
+        init_process_group();
+        require_verbs();
+        const auto t1 = steady_clock::now();
+        gather_and_check({}, 1024, DType::Float32, DType::Float32, false);
+        const auto t2 = steady_clock::now();
+        destroy_process_group();
+        const auto in_init = std::chrono::duration_cast<milliseconds>(t1 - t0).count();
+        const auto first = std::chrono::duration_cast<milliseconds>(t2 - t1).count();
+        std::printf("rank %d: init %lld ms, first call %lld ms\n", rank,
+                    static_cast<long long>(in_init), static_cast<long long>(first));
+        if (rank == 0) RANK_CHECK(in_init >= 1500, "rank 0 left init after " << in_init << " ms");
+        RANK_CHECK(first < 2000, "the first call took " << first << " ms: a QP retry stall");
+      },
+      opt));
+}
+
+// torch's DataLoader forks workers that touch heap objects sharing pages with registered
+// tensors. Where ibv_fork_init() has marked those pages MADV_DONTFORK they are missing in the
+// child, which crashes; this kernel (6.1) needs no fork init, so the library must not call it.
+TEST(Verbs, ForkedChildTouchesHeapNextToARegisteredTensor) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = 1024;  // 4 KiB per rank: above the inline limit, so the data path registers
+    // One heap block: a neighbour, the output tensor, a neighbour; they share pages.
+    std::vector<float> heap(static_cast<size_t>(world * n) + 2 * 256, 0.0f);
+    float* before = heap.data();
+    float* data = heap.data() + 256;
+    float* after = data + world * n;
+    Tensor in = zeros({n}, DType::Float32);
+    Tensor out = Tensor::view(data, DType::Float32, {world * n});
+    testing::fill_input(in, rank, 0);
+    all_gather_into_tensor(out, in);
+    testing::check_gathered(out, world, 0, DType::Float32);
+    before[0] = 1.0f;
+    after[0] = 2.0f;
+    const pid_t child = ::fork();
+    if (child == 0) {
+      // The child reads and writes the neighbours and the tensor, then exits without cleanup.
+      double sum = 0;
+      for (float v : heap)
+        sum += v;
+      before[1] = 3.0f;
+      after[1] = 4.0f;
+      data[0] += 1.0f;
+      ::_exit(before[0] == 1.0f && after[0] == 2.0f && sum != 0 ? 0 : 3);
+    }
+    RANK_CHECK(child > 0, "fork failed");
+    int status = 0;
+    RANK_CHECK(::waitpid(child, &status, 0) == child, "waitpid failed");
+    RANK_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the forked child "
+                   << (WIFSIGNALED(status) ? "died of signal " : "exited with ")
+                   << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)));
+    // The parent's registration still receives the peers' writes.
+    for (int iter = 1; iter < 4; ++iter) {
+      std::fill(data, data + world * n, -1.0f);
+      testing::fill_input(in, rank, iter);
+      all_gather_into_tensor(out, in);
+      testing::check_gathered(out, world, iter, DType::Float32);
+    }
+    RANK_CHECK(before[0] == 1.0f && after[0] == 2.0f && before[1] == 0.0f,
+               "the parent's neighbours changed");
+  }));
+}
+
 TEST(Verbs, Subgroup) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     require_verbs();
@@ -73,23 +155,97 @@ TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
 
 // Fresh mappings each call, often at the address just unmapped: a stale registration would
 // point the peer's write at the old pages and the check would see the sentinel.
-TEST(Verbs, HundredCallsOnFreshlyMappedBuffers) {
+// Fresh mappings, usually at the address just unmapped: a stale cached registration would make
+// the peers' writes land in the old pages. Run with UCX's memory events (the cache drops what
+// munmap reports) and without them (UCX_MEM_EVENTS=no: the cache must then be off).
+class VerbsMemoryEvents : public ::testing::TestWithParam<bool> {};
+
+TEST_P(VerbsMemoryEvents, HundredCallsOnFreshlyMappedBuffers) {
+  RunOptions opt;
+  if (!GetParam()) opt.env = {{"UCX_MEM_EVENTS", "no"}};
+  const bool events = GetParam();
+  expect_all_ok(run_ranks(
+      2,
+      [events](int rank, int world) {
+        require_verbs();
+        const int64_t n = 4096;
+        const size_t bytes = static_cast<size_t>(world * n) * 4;
+        const uint64_t registered = detail::memory_registrations();
+        for (int iter = 0; iter < 100; ++iter) {
+          void* p =
+              ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          RANK_CHECK(p != MAP_FAILED, "mmap");
+          Tensor out = Tensor::view(p, DType::Float32, {world * n});
+          for (int64_t i = 0; i < out.numel(); ++i)
+            out.set(i, -1);
+          Tensor in = zeros({n}, DType::Float32);
+          testing::fill_input(in, rank, iter);
+          all_gather_into_tensor(out, in);
+          testing::check_gathered(out, world, iter, DType::Float32);
+          ::munmap(p, bytes);
+        }
+        // Without events the cache is off: each call registers its output afresh.
+        const uint64_t made = detail::memory_registrations() - registered;
+        if (!events) RANK_CHECK(made >= 100, "only " << made << " registrations in 100 calls");
+      },
+      opt));
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, VerbsMemoryEvents, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Events" : "NoEvents"; });
+
+// Another thread allocating and freeing mmap-sized blocks fires UCX's unmap hook inside
+// glibc's free (arena lock held) while this thread registers buffers: the hook only records
+// ranges, so neither thread can block the other (it did when the hook deregistered under the
+// cache's mutex).
+TEST(Verbs, MallocAndFreeOnAnotherThreadBesideCollectives) {
   expect_all_ok(run_ranks(2, [](int rank, int world) {
     require_verbs();
+    std::atomic<bool> stop{false};
+    std::thread churn([&] {
+      while (!stop.load()) {
+        auto* p = static_cast<volatile char*>(std::malloc(512 * 1024));  // above mmap threshold
+        if (p) p[0] = 1;
+        std::free(const_cast<char*>(p));
+      }
+    });
     const int64_t n = 4096;
-    const size_t bytes = static_cast<size_t>(world * n) * 4;
-    for (int iter = 0; iter < 100; ++iter) {
-      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      RANK_CHECK(p != MAP_FAILED, "mmap");
-      Tensor out = Tensor::view(p, DType::Float32, {world * n});
-      for (int64_t i = 0; i < out.numel(); ++i)
-        out.set(i, -1);
-      Tensor in = zeros({n}, DType::Float32);
+    for (int iter = 0; iter < 50; ++iter) {
+      Tensor in = zeros({n}, DType::Float32);  // fresh buffers: registrations and unmaps
+      Tensor out = zeros({world * n}, DType::Float32);
       testing::fill_input(in, rank, iter);
       all_gather_into_tensor(out, in);
       testing::check_gathered(out, world, iter, DType::Float32);
-      ::munmap(p, bytes);
     }
+    stop = true;
+    churn.join();
+  }));
+}
+
+// all_reduce's rounds write segments of buffers an earlier round or call registered: after the
+// first call, further calls on the same tensor register nothing (the cache serves contained
+// ranges), and every element is still right.
+TEST(Verbs, AllReduceRoundsHitTheRegistrationCache) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = 65536;  // 256 KiB: the reduce-scatter and all-gather rounds register
+    Tensor t = zeros({n});
+    uint64_t after_first = 0;
+    for (int iter = 0; iter < 5; ++iter) {
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, rank * 10 + (i + iter) % 7);
+      all_reduce(t);
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int r = 0; r < world; ++r)
+          want += r * 10 + (i + iter) % 7;
+        RANK_CHECK(t.item(i) == want, "iter " << iter << " element " << i);
+      }
+      if (iter == 0) after_first = detail::memory_registrations();
+    }
+    RANK_CHECK(detail::memory_registrations() == after_first,
+               "calls after the first registered " << detail::memory_registrations() - after_first
+                                                   << " times");
   }));
 }
 

@@ -4,22 +4,30 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <ucm/api/ucm.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
+#include "common/log.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transports/peer_liveness.hpp"
+#include "transports/verbs/fabric.hpp"
+#include "transports/verbs/mr_cache.hpp"
 
 namespace rdmacoll::transport {
 
@@ -30,8 +38,9 @@ constexpr int kSendDepth = 64;  // send work requests in flight per peer
 constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
 constexpr size_t kMaxWrite = size_t{1} << 30;
 // Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
-constexpr uint8_t kQpTimeout = 20;
-constexpr uint8_t kRetryCount = 7;
+// RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
+constexpr int kQpTimeout = 20;
+constexpr int kRetryCount = 7;
 
 enum WrKind : uint64_t { kRecvWr = 0, kSendWr = 1, kWriteWr = 2 };
 uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id) {
@@ -47,17 +56,80 @@ std::string errno_text(int e) {
   return std::strerror(e) + std::string(" (errno ") + std::to_string(e) + ")";
 }
 
-// The RoCE v2 GID that maps an IPv4 address (::ffff:a.b.c.d): what rdma_cm would pick.
-int find_roce_v2_ipv4_gid(ibv_context* ctx, int port, int table_len) {
+// Fork safety, once per process, before any registration. Kernels from 5.13 keep pinned pages
+// of a forked parent correct by themselves (ibv_is_fork_initialized() says UNNEEDED); there
+// ibv_fork_init() would only mark every registered range MADV_DONTFORK at page granularity, and
+// heap tensors share pages with other objects, so a forked child (torch's DataLoader workers)
+// would crash touching them. As UCX does: call it only when the kernel needs it, or when
+// RDMACOLL_FORK_INIT=1 asks; RDMACOLL_FORK_INIT=0 never calls it.
+void init_fork_safety() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* setting = env("RDMACOLL_FORK_INIT");
+    const bool forced = setting && std::string(setting) == "1";
+    const bool refused = setting && std::string(setting) == "0";
+    const ibv_fork_status status = ibv_is_fork_initialized();
+    if (status == IBV_FORK_ENABLED) return;
+    if (refused || (status == IBV_FORK_UNNEEDED && !forced)) {
+      log::info(
+          status == IBV_FORK_UNNEEDED
+              ? "verbs: the kernel keeps registered memory fork-safe; ibv_fork_init not needed"
+              : "verbs: ibv_fork_init skipped (RDMACOLL_FORK_INIT=0): a forked child may "
+                "corrupt registered buffers");
+      return;
+    }
+    if (const int e = ibv_fork_init()) {
+      const std::string why = "verbs: ibv_fork_init failed: " + errno_text(e);
+      if (forced) throw TransportError(why + " (RDMACOLL_FORK_INIT=1)");
+      log::warn(why + "; registered buffers are not fork-safe on this kernel");
+      return;
+    }
+    log::info("verbs: ibv_fork_init done (this kernel needs it for fork safety)");
+  });
+}
+
+// An integer setting in [lo, hi], or `fallback` when unset; a bad value is an error, not ignored.
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 0);
+  if (*end || x < lo || x > hi) {
+    throw TransportError(std::string("verbs: ") + name + "=" + v + " is not an integer in [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return static_cast<int>(x);
+}
+
+// The traffic class the administrator set for the port (the mlx5 sysfs knob, "Global
+// tclass=106" or a number), or -1.
+int sysfs_traffic_class(const std::string& device, int port) {
+  std::ifstream f("/sys/class/infiniband/" + device + "/tc/" + std::to_string(port) +
+                  "/traffic_class");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto digits = text.find_last_of("0123456789");
+  if (digits == std::string::npos) return -1;
+  auto first = text.find_last_not_of("0123456789", digits);
+  first = first == std::string::npos ? 0 : first + 1;
+  const int tc = std::atoi(text.substr(first, digits - first + 1).c_str());
+  return tc >= 0 && tc <= 255 ? tc : -1;
+}
+
+// The port's GID table, as fabric::select_gid takes it.
+std::vector<fabric::GidEntry> gid_table(ibv_context* ctx, int port, int table_len) {
+  std::vector<fabric::GidEntry> t;
   for (int i = 0; i < table_len; ++i) {
     ibv_gid_entry e{};
     if (ibv_query_gid_ex(ctx, port, i, &e, 0) != 0) continue;
-    const uint8_t* g = e.gid.raw;
-    const bool v4 =
-        std::all_of(g, g + 10, [](uint8_t b) { return b == 0; }) && g[10] == 0xff && g[11] == 0xff;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4) return i;
+    fabric::GidEntry g;
+    g.index = i;
+    std::memcpy(g.gid.data(), e.gid.raw, 16);
+    g.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? fabric::GidType::RoCEv2
+             : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? fabric::GidType::RoCEv1
+                                                  : fabric::GidType::IB;
+    t.push_back(g);
   }
-  return -1;
+  return t;
 }
 
 struct OpenDevice {
@@ -84,6 +156,24 @@ OpenDevice open_device(const std::string& preferred = "") {
   }
   const char* want_port = env("RDMACOLL_IB_PORT");
   const char* want_gid = env("RDMACOLL_GID_INDEX");
+  const char* family_text = env("RDMACOLL_IB_ADDR_FAMILY");
+  const auto family = fabric::parse_addr_family(family_text ? family_text : "");
+  std::optional<fabric::AddrRange> range;
+  std::string range_error;
+  if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
+    range = fabric::parse_addr_range(r, &range_error);
+    if (!range) {
+      ibv_free_device_list(list);
+      out.choice.reason = "RDMACOLL_IB_ADDR_RANGE: " + range_error;
+      return out;
+    }
+  }
+  if (!family) {
+    ibv_free_device_list(list);
+    out.choice.reason =
+        std::string("RDMACOLL_IB_ADDR_FAMILY=") + family_text + " is neither ipv4 nor ipv6";
+    return out;
+  }
   std::string seen;
   for (int d = 0; d < n && !out.ctx; ++d) {
     const std::string name = ibv_get_device_name(list[d]);
@@ -104,12 +194,14 @@ OpenDevice open_device(const std::string& preferred = "") {
         continue;
       }
       int gid = want_gid ? std::atoi(want_gid) : -1;
-      if (gid < 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
-        gid = find_roce_v2_ipv4_gid(ctx, p, pa.gid_tbl_len);
-        if (gid < 0) {
-          seen += " " + name + ":" + std::to_string(p) + "(no RoCE v2 IPv4 GID)";
+      if (gid < 0) {
+        const fabric::GidChoice c =
+            fabric::select_gid(gid_table(ctx, p, pa.gid_tbl_len), *family, range);
+        if (c.index < 0) {
+          seen += " " + name + ":" + std::to_string(p) + "(" + c.why_none + ")";
           continue;
         }
+        gid = c.index;
       }
       out.ctx = ctx;
       out.port_attr = pa;
@@ -136,7 +228,7 @@ class VerbsRequest final : public Request {
   size_t recv_capacity = 0;
 };
 
-// A registration shared by the cache and the regions handed out; deregistered when both let go.
+// The control buffers' registration.
 struct MrEntry {
   ibv_mr* mr = nullptr;
   ~MrEntry() {
@@ -144,18 +236,20 @@ struct MrEntry {
   }
 };
 
+// A buffer inside a registration from the cache (which may cover more than the buffer).
 class VerbsMemoryRegion final : public MemoryRegion {
  public:
-  VerbsMemoryRegion(void* base, size_t length, std::shared_ptr<MrEntry> e)
-      : MemoryRegion(base, length), entry(std::move(e)) {}
+  VerbsMemoryRegion(void* base, size_t length, std::shared_ptr<const MrCache::Region> r)
+      : MemoryRegion(base, length), registration(std::move(r)) {}
   Bytes packed_key() const override {
     Bytes b(4);
-    const uint32_t rkey = entry->mr ? entry->mr->rkey : 0;
+    const uint32_t rkey = mr() ? mr()->rkey : 0;
     std::memcpy(b.data(), &rkey, 4);
     return b;
   }
-  uint32_t lkey() const { return entry->mr ? entry->mr->lkey : 0; }
-  std::shared_ptr<MrEntry> entry;
+  uint32_t lkey() const { return mr() ? mr()->lkey : 0; }
+  ibv_mr* mr() const { return static_cast<ibv_mr*>(registration->handle); }
+  std::shared_ptr<const MrCache::Region> registration;
 };
 
 class VerbsRemoteRegion final : public RemoteRegion {
@@ -174,14 +268,17 @@ struct WireInfo {
   // followed by one u32 QP number per rank (ours for that peer)
 };
 
-class VerbsTransport;
-VerbsTransport* g_cache_owner = nullptr;  // for the memory-event callback
-std::recursive_mutex g_cache_mutex;
+// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
+size_t mr_cache_bytes() {
+  const char* v = env("RDMACOLL_MR_CACHE_MB");
+  const long long mb = v ? std::atoll(v) : 2048;
+  return static_cast<size_t>(std::max(0LL, mb)) << 20;
+}
 
 class VerbsTransport final : public Transport {
  public:
   explicit VerbsTransport(const std::string& preferred_device) {
-    ibv_fork_init();  // before any registration: fork()ed children must not corrupt our MRs
+    init_fork_safety();
     OpenDevice dev = open_device(preferred_device);
     if (!dev.ctx) throw TransportError("verbs: " + dev.choice.reason);
     ctx_ = dev.ctx;
@@ -191,26 +288,55 @@ class VerbsTransport final : public Transport {
       throw TransportError("verbs: cannot read GID " + std::to_string(choice_.gid_index) + " of " +
                            choice_.device);
     }
+    read_fabric_settings();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
     if (!pd_ || !channel_)
       throw TransportError("verbs: cannot allocate a PD or completion channel");
     ::fcntl(channel_->fd, F_SETFL, ::fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
     ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
-    std::lock_guard lock(g_cache_mutex);
-    g_cache_owner = this;
+    // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
+    // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
+    constexpr int kDataAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    ibv_pd* pd = pd_;
+    cache_ = std::make_unique<MrCache>(
+        mr_cache_bytes(), true,
+        [pd](void* base, size_t length) -> void* {
+          // Remote peers may write into it; we read it locally as the source of our writes.
+          ibv_mr* mr = ibv_reg_mr(pd, base, length, kDataAccess);
+          if (!mr) throw registration_error(length, errno);
+          return mr;
+        },
+        [](void* mr) { ibv_dereg_mr(static_cast<ibv_mr*>(mr)); });
     // Drop cached registrations whose memory is unmapped, so a later buffer at the same
-    // address never reuses a registration of pages that are gone.
-    ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, &VerbsTransport::on_unmap, nullptr);
+    // address never reuses a registration of pages that are gone. Without the events the
+    // cache cannot be kept correct: register per call instead. UCX_MEM_EVENTS=no asks for no
+    // memory hooks; otherwise a probe unmap checks that the hook really fires (as UCX's own
+    // ucm_test_events does): a static link or another hooking library can defeat it.
+    std::string no_events;
+    const char* ucx_events = env("UCX_MEM_EVENTS");
+    if (ucx_events && (std::string(ucx_events) == "no" || std::string(ucx_events) == "n" ||
+                       std::string(ucx_events) == "0")) {
+      no_events = "UCX_MEM_EVENTS=" + std::string(ucx_events);
+    } else if (const ucs_status_t st = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000,
+                                                             &VerbsTransport::on_unmap, this);
+               st != UCS_OK) {
+      no_events = std::string("ucm_set_event_handler: ") + ucs_status_string(st);
+    } else {
+      hooked_ = true;
+      if (!probe_unmap_event()) no_events = "a probe munmap raised no event";
+    }
+    if (!no_events.empty()) {
+      cache_->disable();
+      log::info("verbs: no memory events (" + no_events +
+                "): registration cache off, every call registers its buffers");
+    }
   }
 
   ~VerbsTransport() override {
-    {
-      std::lock_guard lock(g_cache_mutex);
-      ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, nullptr);
-      g_cache_owner = nullptr;
-      cache_.clear();
-    }
+    // ucm holds its handler lock while a handler runs: none runs once this returns.
+    if (hooked_) ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, this);
+    cache_->clear();
     for (auto& p : peers_) {
       if (p.qp) ibv_destroy_qp(p.qp);
     }
@@ -241,8 +367,6 @@ class VerbsTransport final : public Transport {
     // One registered pool for control buffers: receives then sends, per peer.
     ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
     ctrl_mr_ = std::make_unique<MrEntry>();
-    // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
-    // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
     constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
     ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
     if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
@@ -277,7 +401,10 @@ class VerbsTransport final : public Transport {
     return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
   }
 
+  bool needs_ready_exchange() const override { return true; }
+
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
+    delay_for_test(my_rank);
     std::vector<std::pair<std::string, pid_t>> hosts;
     for (int r = 0; r < world_; ++r) {
       PeerAddress a = decode_peer_address(addresses[r], r);
@@ -289,6 +416,9 @@ class VerbsTransport final : public Transport {
       }
       WireInfo info;
       std::memcpy(&info, a.payload.data(), sizeof info);
+      const std::string clash = fabric::incompatibility(port_attr_.link_layer, info.link_layer,
+                                                        "rank " + std::to_string(r));
+      if (!clash.empty()) throw TransportError("verbs: " + clash);
       uint32_t their_qpn = 0;
       std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * my_rank, 4);
       bring_up(r, info, their_qpn);
@@ -303,21 +433,11 @@ class VerbsTransport final : public Transport {
   }
 
   std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override {
-    std::lock_guard lock(g_cache_mutex);
-    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(base), length);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      auto e = std::make_shared<MrEntry>();
-      if (length > 0) {
-        // Remote peers may write into it; we read it locally as the source of our writes.
-        e->mr = ibv_reg_mr(pd_, base, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-        if (!e->mr) throw registration_error(length, errno);
-      }
-      if (cache_.size() >= 256) cache_.erase(cache_.begin());
-      it = cache_.emplace(key, std::move(e)).first;
-      ++registrations_;
-    }
-    return std::make_shared<VerbsMemoryRegion>(base, length, it->second);
+    return std::make_shared<VerbsMemoryRegion>(base, length, cache_->get(base, length));
+  }
+
+  void forget_registration(const MemoryRegion& region) override {
+    cache_->evict(reinterpret_cast<uintptr_t>(region.base()), region.length());
   }
 
   std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
@@ -436,6 +556,7 @@ class VerbsTransport final : public Transport {
   }
 
   bool progress() override {
+    cache_->collect();  // deregisters what unmapped memory invalidated (not in the hook)
     bool any = drain_async();
     ibv_wc wc[32];
     for (;;) {
@@ -474,7 +595,7 @@ class VerbsTransport final : public Transport {
     }
   }
 
-  uint64_t registrations() const override { return registrations_; }
+  uint64_t registrations() const override { return cache_->stats().registrations; }
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;
@@ -492,6 +613,15 @@ class VerbsTransport final : public Transport {
     std::optional<std::string> failure;
   };
 
+  // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's QP transitions back when
+  // RDMACOLL_TEST_QP_DELAY_RANK names it (the handshake test's late peer).
+  static void delay_for_test(int my_rank) {
+    const char* ms = env("RDMACOLL_TEST_QP_DELAY_MS");
+    const char* rank = env("RDMACOLL_TEST_QP_DELAY_RANK");
+    if (!ms || !rank || std::atoi(rank) != my_rank) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+
   static TransportError registration_error(size_t length, int err) {
     std::string msg =
         "verbs: ibv_reg_mr of " + std::to_string(length) + " bytes failed: " + errno_text(err);
@@ -503,15 +633,78 @@ class VerbsTransport final : public Transport {
     return TransportError(msg);
   }
 
-  static void on_unmap(ucm_event_type_t, ucm_event_t* event, void*) {
-    std::lock_guard lock(g_cache_mutex);
-    if (!g_cache_owner) return;
-    const auto lo = reinterpret_cast<uintptr_t>(event->vm_unmapped.address);
-    const auto hi = lo + event->vm_unmapped.size;
-    std::erase_if(g_cache_owner->cache_, [&](const auto& kv) {
-      const uintptr_t b = kv.first.first;
-      return b < hi && lo < b + kv.first.second;
-    });
+  // What the fabric asks of our QPs: traffic class and SL (lossless RoCE classes ride on
+  // them), the P_Key index, GRH, timeouts. Logged at info with the GID, for `ibv_devinfo` and
+  // `show_gids` to be checked against.
+  struct FabricSettings {
+    int traffic_class = 0;
+    int service_level = 0;
+    int pkey_index = 0;
+    int timeout = kQpTimeout;
+    int retry_count = kRetryCount;
+    bool grh_required = false;
+  };
+
+  void read_fabric_settings() {
+    FabricSettings f;
+    const int sysfs_tc = sysfs_traffic_class(choice_.device, choice_.port);
+    f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0), 0, 255);
+    f.service_level = env_int("RDMACOLL_IB_SL", 0, 0, 15);
+    f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout, 1, 31);
+    f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount, 0, 7);
+    f.grh_required = (port_attr_.flags & IBV_QPF_GRH_REQUIRED) != 0;
+    if (env("RDMACOLL_IB_PKEY")) {
+      const int want = env_int("RDMACOLL_IB_PKEY", 0, 1, 0xffff);
+      std::vector<uint16_t> table;
+      for (int i = 0; i < port_attr_.pkey_tbl_len; ++i) {
+        __be16 pkey = 0;
+        if (ibv_query_pkey(ctx_, choice_.port, i, &pkey) != 0) break;
+        table.push_back(ntohs(pkey));
+      }
+      f.pkey_index = fabric::select_pkey_index(table, static_cast<uint16_t>(want));
+      if (f.pkey_index < 0) {
+        throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
+                             " (RDMACOLL_IB_PKEY) is not in " + choice_.device + ":" +
+                             std::to_string(choice_.port) + "'s P_Key table of " +
+                             std::to_string(table.size()) + " entries");
+      }
+    }
+    fabric_ = f;
+    std::array<uint8_t, 16> g{};
+    std::memcpy(g.data(), gid_.raw, 16);
+    ibv_gid_entry entry{};
+    const bool typed = ibv_query_gid_ex(ctx_, choice_.port, choice_.gid_index, &entry, 0) == 0;
+    const char* type = !typed                                   ? "?"
+                       : entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                       : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                                : "IB";
+    log::info("verbs: " + choice_.device + ":" + std::to_string(choice_.port) + " GID index " +
+              std::to_string(choice_.gid_index) + " " + fabric::gid_text(g) + " (" + type +
+              "), traffic class " + std::to_string(f.traffic_class) +
+              (env("RDMACOLL_IB_TC") ? " (RDMACOLL_IB_TC)"
+               : sysfs_tc >= 0       ? " (sysfs)"
+                                     : "") +
+              ", SL " + std::to_string(f.service_level) + ", P_Key index " +
+              std::to_string(f.pkey_index) + ", MTU " +
+              std::to_string(128 << port_attr_.active_mtu) + ", timeout " +
+              std::to_string(f.timeout) + ", retry " + std::to_string(f.retry_count) +
+              (f.grh_required ? ", GRH required" : ""));
+  }
+
+  // Maps and unmaps a page; true when the hook saw it.
+  bool probe_unmap_event() {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const uint64_t before = cache_->stats().unmaps_seen;
+    ::munmap(p, page);
+    return cache_->stats().unmaps_seen > before;
+  }
+
+  // Inside munmap, or glibc's free/trim with the arena lock held: only records the range.
+  static void on_unmap(ucm_event_type_t, ucm_event_t* event, void* self) {
+    static_cast<VerbsTransport*>(self)->cache_->invalidate(
+        reinterpret_cast<uintptr_t>(event->vm_unmapped.address), event->vm_unmapped.size);
   }
 
   uint8_t* recv_buffer(int peer, int slot) {
@@ -524,7 +717,7 @@ class VerbsTransport final : public Transport {
     ibv_qp* qp = peers_[r].qp;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
+    a.pkey_index = static_cast<uint16_t>(fabric_.pkey_index);
     a.port_num = static_cast<uint8_t>(choice_.port);
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
     check_modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, r,
@@ -538,11 +731,17 @@ class VerbsTransport final : public Transport {
     a.min_rnr_timer = 12;
     a.ah_attr.port_num = static_cast<uint8_t>(choice_.port);
     a.ah_attr.dlid = info.lid;
-    if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || info.lid == 0) {
+    a.ah_attr.sl = static_cast<uint8_t>(fabric_.service_level);
+    std::array<uint8_t, 16> mine{}, theirs{};
+    std::memcpy(mine.data(), gid_.raw, 16);
+    std::memcpy(theirs.data(), info.gid, 16);
+    if (fabric::needs_grh(port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET, fabric_.grh_required,
+                          info.lid, mine, theirs)) {
       a.ah_attr.is_global = 1;
       std::memcpy(a.ah_attr.grh.dgid.raw, info.gid, 16);
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(choice_.gid_index);
       a.ah_attr.grh.hop_limit = 64;
+      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(fabric_.traffic_class);
     }
     check_modify(qp, a,
                  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -550,8 +749,8 @@ class VerbsTransport final : public Transport {
                  r, "RTR");
     a = {};
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = kQpTimeout;
-    a.retry_cnt = kRetryCount;
+    a.timeout = static_cast<uint8_t>(fabric_.timeout);
+    a.retry_cnt = static_cast<uint8_t>(fabric_.retry_count);
     a.rnr_retry = 7;  // infinite: a receiver between reposts is not an error
     a.sq_psn = 0;
     a.max_rd_atomic = 1;
@@ -721,7 +920,11 @@ class VerbsTransport final : public Transport {
                              std::to_string(r));
         }
       }
-      if (ev.event_type == IBV_EVENT_DEVICE_FATAL || ev.event_type == IBV_EVENT_PORT_ERR) {
+      // A port event concerns us only on our port (a dual-port HCA's other port may go down).
+      const bool our_port_down =
+          ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == choice_.port;
+      const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
+      if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost) {
         for (int r = 0; r < world_; ++r) {
           if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
         }
@@ -752,14 +955,15 @@ class VerbsTransport final : public Transport {
   std::set<std::pair<int, uint32_t>> arrived_;
   std::map<std::pair<int, uint64_t>, RequestPtr> pending_recvs_;
   std::map<std::pair<int, uint64_t>, Bytes> unexpected_;
-  std::map<std::pair<uintptr_t, size_t>, std::shared_ptr<MrEntry>> cache_;
-  uint64_t registrations_ = 0;
+  std::unique_ptr<MrCache> cache_;
+  bool hooked_ = false;
+  FabricSettings fabric_;
 };
 
 }  // namespace
 
 VerbsDeviceChoice probe_verbs_device() {
-  ibv_fork_init();
+  init_fork_safety();
   OpenDevice dev = open_device();
   if (dev.ctx) ibv_close_device(dev.ctx);
   return dev.choice;

@@ -1,0 +1,108 @@
+// The verbs transport's fabric decisions on tables of GIDs and P_Keys, as the device would
+// report them (no RDMA device here: the tables stand in for the queries below the interface).
+
+#include "transports/verbs/fabric.hpp"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cstring>
+
+namespace rdmacoll::transport::fabric {
+namespace {
+
+std::array<uint8_t, 16> v4(const char* a) {
+  std::array<uint8_t, 16> g{};
+  g[10] = g[11] = 0xff;
+  in_addr x{};
+  EXPECT_EQ(::inet_pton(AF_INET, a, &x), 1);
+  std::memcpy(g.data() + 12, &x, 4);
+  return g;
+}
+std::array<uint8_t, 16> v6(const char* a) {
+  std::array<uint8_t, 16> g{};
+  EXPECT_EQ(::inet_pton(AF_INET6, a, g.data()), 1);
+  return g;
+}
+
+// A RoCE port as mlx5 reports it: v1 and v2 entries per address, link-local ones first.
+std::vector<GidEntry> roce_table() {
+  return {
+      {0, v6("fe80::1"), GidType::RoCEv1},     {1, v6("fe80::1"), GidType::RoCEv2},
+      {2, v4("10.1.0.5"), GidType::RoCEv1},    {3, v4("10.1.0.5"), GidType::RoCEv2},
+      {4, v6("fd00::5"), GidType::RoCEv1},     {5, v6("fd00::5"), GidType::RoCEv2},
+      {6, v4("192.168.7.5"), GidType::RoCEv2},
+  };
+}
+
+TEST(FabricFromTables, RoCEPicksV2IPv4AndNeverLinkLocal) {
+  EXPECT_EQ(select_gid(roce_table(), AddrFamily::Any, std::nullopt).index, 3);
+}
+
+TEST(FabricFromTables, AddressFamilyAndRangeSelectTheGid) {
+  EXPECT_EQ(select_gid(roce_table(), AddrFamily::IPv6, std::nullopt).index, 5);
+  std::string err;
+  auto range = parse_addr_range("192.168.0.0/16", &err);
+  ASSERT_TRUE(range) << err;
+  EXPECT_EQ(select_gid(roce_table(), AddrFamily::Any, range).index, 6);
+  range = parse_addr_range("fd00::/8", &err);
+  ASSERT_TRUE(range) << err;
+  EXPECT_EQ(select_gid(roce_table(), AddrFamily::Any, range).index, 5);
+}
+
+TEST(FabricFromTables, IPv6OnlyRoCEWorksAndNoFitSaysWhy) {
+  std::vector<GidEntry> t = {{0, v6("fe80::2"), GidType::RoCEv2},
+                             {1, v6("2001:db8::2"), GidType::RoCEv2}};
+  EXPECT_EQ(select_gid(t, AddrFamily::Any, std::nullopt).index, 1);
+  const GidChoice none = select_gid(t, AddrFamily::IPv4, std::nullopt);
+  EXPECT_EQ(none.index, -1);
+  EXPECT_NE(none.why_none.find("1 link-local"), std::string::npos) << none.why_none;
+  EXPECT_NE(none.why_none.find("1 of the other address family"), std::string::npos);
+}
+
+TEST(FabricFromTables, InfiniBandUsesThePortGid) {
+  std::vector<GidEntry> t = {{0, v6("fe80::2:c903:a:1"), GidType::IB}};
+  EXPECT_EQ(select_gid(t, AddrFamily::Any, std::nullopt).index, 0);
+}
+
+TEST(FabricFromTables, BadRangesAndFamiliesAreRejected) {
+  std::string err;
+  EXPECT_FALSE(parse_addr_range("10.0.0.0/33", &err));
+  EXPECT_NE(err.find("prefix length"), std::string::npos);
+  EXPECT_FALSE(parse_addr_range("not-an-address", &err));
+  EXPECT_FALSE(parse_addr_family("ipx"));
+  EXPECT_EQ(parse_addr_family(""), AddrFamily::Any);
+}
+
+TEST(FabricFromTables, PKeyPrefersFullMembership) {
+  const std::vector<uint16_t> table = {0xffff, 0x0012, 0x8012, 0x7fff};
+  EXPECT_EQ(select_pkey_index(table, 0x8012), 2);
+  EXPECT_EQ(select_pkey_index(table, 0x0012), 2);     // the partition, full member if offered
+  EXPECT_EQ(select_pkey_index({0x0034}, 0x8034), 0);  // only a limited membership exists
+  EXPECT_EQ(select_pkey_index(table, 0x8055), -1);
+}
+
+TEST(FabricFromTables, GrhWhenRoCERequiredNoLidOrAnotherSubnet) {
+  const auto a = v6("fe80::1"), same = v6("fe80::2"), other = v6("fec0::2");
+  EXPECT_FALSE(needs_grh(false, false, 7, a, same));
+  EXPECT_TRUE(needs_grh(true, false, 7, a, same));
+  EXPECT_TRUE(needs_grh(false, true, 7, a, same));  // IBV_QPF_GRH_REQUIRED (SR-IOV VF)
+  EXPECT_TRUE(needs_grh(false, false, 0, a, same));
+  EXPECT_TRUE(needs_grh(false, false, 7, a, other));
+}
+
+TEST(FabricFromTables, MixedLinkLayersAreRefusedWithAClearError) {
+  EXPECT_EQ(incompatibility(IBV_LINK_LAYER_ETHERNET, IBV_LINK_LAYER_ETHERNET, "rank 1"), "");
+  const std::string e =
+      incompatibility(IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET, "rank 1");
+  EXPECT_NE(e.find("rank 1's port is Ethernet (RoCE) but ours is InfiniBand"), std::string::npos);
+}
+
+TEST(FabricFromTables, GidTextShowsIPv4Dotted) {
+  EXPECT_EQ(gid_text(v4("10.1.0.5")), "10.1.0.5");
+  EXPECT_EQ(gid_text(v6("fd00::5")), "fd00::5");
+}
+
+}  // namespace
+}  // namespace rdmacoll::transport::fabric

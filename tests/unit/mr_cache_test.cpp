@@ -1,0 +1,139 @@
+// The verbs registration cache's logic, with a fake registrar below its Register/Deregister
+// interface (no RDMA device here): handles are counters, and the fake records what is live.
+
+#include "transports/verbs/mr_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace rdmacoll::transport {
+namespace {
+
+struct FakeRegistrar {
+  std::set<uintptr_t> live;  // handles registered and not yet deregistered
+  uintptr_t next = 1;
+  MrCache make(size_t cap, bool enabled = true) {
+    return MrCache(
+        cap, enabled,
+        [this](void*, size_t) {
+          live.insert(next);
+          return reinterpret_cast<void*>(next++);
+        },
+        [this](void* h) { live.erase(reinterpret_cast<uintptr_t>(h)); });
+  }
+};
+
+void* at(uintptr_t a) {
+  return reinterpret_cast<void*>(a);
+}
+
+TEST(MrCacheWithFakeRegistrar, ABufferInsideACachedRegionReusesIt) {
+  FakeRegistrar f;
+  MrCache c = f.make(1 << 20);
+  auto whole = c.get(at(0x10000), 0x4000);
+  auto part = c.get(at(0x11000), 0x1000);  // all_reduce's later rounds: a segment of it
+  EXPECT_EQ(part->handle, whole->handle);
+  auto over = c.get(at(0x13000), 0x2000);  // runs past the end: a new registration
+  EXPECT_NE(over->handle, whole->handle);
+  EXPECT_EQ(c.stats().registrations, 2u);
+  EXPECT_EQ(c.stats().hits, 1u);
+}
+
+TEST(MrCacheWithFakeRegistrar, TheLeastRecentlyUsedGoesFirstOverTheCap) {
+  FakeRegistrar f;
+  MrCache c = f.make(3 * 0x1000);
+  const void* a = c.get(at(0x10000), 0x1000)->handle;
+  const void* b = c.get(at(0x20000), 0x1000)->handle;
+  c.get(at(0x30000), 0x1000);
+  c.get(at(0x10000), 0x1000);  // a is used again; b is now the oldest
+  c.get(at(0x40000), 0x1000);  // over the cap: b goes
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.get(at(0x10000), 0x1000)->handle, a);
+  EXPECT_NE(c.get(at(0x20000), 0x1000)->handle, b);
+  EXPECT_EQ(f.live.count(reinterpret_cast<uintptr_t>(b)), 0u) << "an evicted, unused region stays";
+  EXPECT_LE(c.stats().cached_bytes, 3u * 0x1000);
+}
+
+TEST(MrCacheWithFakeRegistrar, AnUnmapDropsOverlappingRegionsOnlyAfterTheirUsersLetGo) {
+  FakeRegistrar f;
+  MrCache c = f.make(1 << 20);
+  auto held = c.get(at(0x10000), 0x4000);  // a call still uses it
+  const auto h = reinterpret_cast<uintptr_t>(held->handle);
+  c.get(at(0x90000), 0x1000);
+  c.invalidate(0x12000, 0x1000);  // what the hook does: records only
+  EXPECT_EQ(f.live.count(h), 1u);
+  c.collect();
+  EXPECT_EQ(c.stats().invalidations, 1u);
+  EXPECT_EQ(f.live.count(h), 1u) << "deregistered while a call used it";
+  // A new buffer at the same address gets a new registration, never the stale one.
+  auto fresh = c.get(at(0x10000), 0x4000);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(fresh->handle), h);
+  held.reset();
+  EXPECT_EQ(f.live.count(h), 0u);
+  EXPECT_EQ(c.stats().cached_regions, 2u);
+}
+
+TEST(MrCacheWithFakeRegistrar, MoreUnmapsThanTheRingHoldsDropEverything) {
+  FakeRegistrar f;
+  MrCache c = f.make(1 << 30);
+  for (uintptr_t i = 0; i < 8; ++i)
+    c.get(at(0x100000 * (i + 1)), 0x1000);
+  for (size_t i = 0; i < MrCache::kRingSize + 1; ++i)
+    c.invalidate(0x1, 0x1);  // overlaps nothing, but the ring overflows
+  c.collect();
+  EXPECT_EQ(c.stats().cached_regions, 0u);
+  EXPECT_TRUE(f.live.empty());
+}
+
+TEST(MrCacheWithFakeRegistrar, WithoutMemoryEventsEveryCallRegisters) {
+  FakeRegistrar f;
+  MrCache c = f.make(1 << 20);
+  c.disable();
+  auto a = c.get(at(0x10000), 0x1000);
+  auto b = c.get(at(0x10000), 0x1000);
+  EXPECT_NE(a->handle, b->handle);
+  EXPECT_EQ(c.stats().registrations, 2u);
+  a.reset();
+  b.reset();
+  EXPECT_TRUE(f.live.empty());
+}
+
+TEST(MrCacheWithFakeRegistrar, EvictDropsTheRegionsOfAFailedCall) {
+  FakeRegistrar f;
+  MrCache c = f.make(1 << 20);
+  const void* h = c.get(at(0x10000), 0x4000)->handle;
+  c.get(at(0x90000), 0x1000);
+  c.evict(0x10000, 0x4000);
+  EXPECT_EQ(f.live.count(reinterpret_cast<uintptr_t>(h)), 0u);
+  EXPECT_EQ(c.stats().cached_regions, 1u);
+  EXPECT_NE(c.get(at(0x10000), 0x4000)->handle, h);
+}
+
+// The hook runs on whatever thread unmaps, while another registers: under TSan this checks the
+// ring's synchronisation, and that neither side blocks the other for good.
+TEST(MrCacheWithFakeRegistrar, UnmapsFromAnotherThreadWhileRegistering) {
+  std::atomic<uintptr_t> next{1};
+  MrCache c(
+      1 << 16, true, [&](void*, size_t) { return reinterpret_cast<void*>(next++); }, [](void*) {});
+  std::atomic<bool> stop{false};
+  std::thread unmapper([&] {
+    for (uintptr_t i = 0; !stop.load(); ++i)
+      c.invalidate(0x10000 + (i % 64) * 0x1000, 0x1000);
+  });
+  for (int i = 0; i < 20000; ++i) {
+    auto r = c.get(at(0x10000 + static_cast<uintptr_t>(i % 64) * 0x1000), 0x1000);
+    ASSERT_NE(r->handle, nullptr);
+    if (i % 16 == 0) c.collect();
+  }
+  stop = true;
+  unmapper.join();
+  c.collect();
+  EXPECT_LE(c.stats().cached_bytes, size_t{1} << 16);
+}
+
+}  // namespace
+}  // namespace rdmacoll::transport

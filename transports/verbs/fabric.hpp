@@ -1,0 +1,63 @@
+#pragma once
+// Fabric settings of the verbs transport as pure decisions on tables read from the device, so
+// they are unit-tested without one: which GID to use, which P_Key index, whether a peer needs a
+// GRH, and whether two ports can talk at all. The device queries stay in verbs_transport.cpp.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rdmacoll::transport::fabric {
+
+enum class GidType { IB, RoCEv1, RoCEv2 };
+
+struct GidEntry {
+  int index = 0;
+  std::array<uint8_t, 16> gid{};
+  GidType type = GidType::IB;
+};
+
+enum class AddrFamily { Any, IPv4, IPv6 };
+
+// An address range (RDMACOLL_IB_ADDR_RANGE): "10.1.0.0/16" or "fd00:1::/64".
+struct AddrRange {
+  bool ipv4 = true;
+  std::array<uint8_t, 16> prefix{};  // IPv4 in the last four bytes (as in a v4-mapped GID)
+  int bits = 0;                      // of the address: up to 32 (IPv4) or 128
+};
+// Parses a range; nullopt and `error` set when it is not one.
+std::optional<AddrRange> parse_addr_range(const std::string& text, std::string* error);
+// Parses RDMACOLL_IB_ADDR_FAMILY ("ipv4", "ipv6", empty: any); nullopt when it is neither.
+std::optional<AddrFamily> parse_addr_family(const std::string& text);
+
+bool is_ipv4_mapped(const std::array<uint8_t, 16>& gid);
+bool is_link_local(const std::array<uint8_t, 16>& gid);    // fe80::/10
+std::string gid_text(const std::array<uint8_t, 16>& gid);  // IPv4 dotted when v4-mapped
+
+struct GidChoice {
+  int index = -1;        // -1: none suits
+  std::string why_none;  // when none
+};
+// RoCE: the GID rdma_cm would pick for the address asked. RoCE v2 before v1, never a link-local
+// one (unroutable), in `family` (Any: IPv4 before IPv6) and inside `range` when given.
+// InfiniBand (no RoCE entries): index 0, the port GID.
+GidChoice select_gid(const std::vector<GidEntry>& table, AddrFamily family,
+                     const std::optional<AddrRange>& range);
+
+// The P_Key table index for `want` (RDMACOLL_IB_PKEY; its low 15 bits name the partition): the
+// full-member entry (bit 15 set) first, else a limited one; -1 when the partition is absent.
+int select_pkey_index(const std::vector<uint16_t>& table, uint16_t want);
+
+// Whether the address vector to a peer needs a GRH: always on RoCE, when the port requires one
+// (IBV_QPF_GRH_REQUIRED, SR-IOV virtual functions), when the peer has no LID, and when the peer
+// is in another subnet (the GID's upper 64 bits differ).
+bool needs_grh(bool roce, bool port_requires_grh, uint16_t peer_lid,
+               const std::array<uint8_t, 16>& my_gid, const std::array<uint8_t, 16>& peer_gid);
+
+// Why two ports cannot be connected (link layers differ), or empty. `peer` names it for the
+// message. MTUs may differ: the path uses the smaller.
+std::string incompatibility(int my_link_layer, int peer_link_layer, const std::string& peer);
+
+}  // namespace rdmacoll::transport::fabric
