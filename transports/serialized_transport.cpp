@@ -143,6 +143,10 @@ class SerializedTransport final : public Transport {
   bool prepare_wait() override { return false; }
   void wait_fds(std::vector<pollfd>&) override {}
 
+  Counters counters() const override {
+    std::lock_guard lock(mu_);
+    return inner_->counters();
+  }
   uint64_t registrations() const override {
     std::lock_guard lock(mu_);
     return inner_->registrations();

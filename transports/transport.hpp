@@ -181,6 +181,19 @@ class Transport {
   // Memory registrations actually made (registration-cache misses), for tests and logs.
   virtual uint64_t registrations() const { return 0; }
 
+  // Work the transport gave the NIC and the kernel (verbs; zeros elsewhere): what a call costs
+  // beyond its bytes.
+  struct Counters {
+    uint64_t work_requests = 0;   // send-queue work requests posted (sends and write pieces)
+    uint64_t doorbells = 0;       // ibv_post_send calls: one doorbell each
+    uint64_t signaled = 0;        // work requests that asked for a completion
+    uint64_t inline_sends = 0;    // sends whose bytes went in the work request
+    uint64_t completions = 0;     // completion-queue entries polled
+    uint64_t event_syscalls = 0;  // reads of the async-event fd
+    uint64_t keepalives = 0;      // zero-byte writes to peers waited on (dead-host detection)
+  };
+  virtual Counters counters() const { return {}; }
+
   // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
   virtual uint64_t doorbells_rung() const { return doorbells_; }
 

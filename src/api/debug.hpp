@@ -11,6 +11,9 @@ namespace rdmacoll::detail {
 // Memory registrations the transport has made so far (registration-cache misses).
 uint64_t memory_registrations();
 
+// The transport's work counters (transport::Transport::Counters), as "name=value ..." text.
+std::string transport_counters();
+
 // Data bytes this process has written to global rank `peer` (the transport's counter).
 uint64_t bytes_written_to(int peer);
 

@@ -572,6 +572,15 @@ namespace detail {
 uint64_t memory_registrations() {
   return require_context("memory_registrations").transport->registrations();
 }
+std::string transport_counters() {
+  const auto c = require_context("transport_counters").transport->counters();
+  std::ostringstream o;
+  o << "work_requests=" << c.work_requests << " doorbells=" << c.doorbells
+    << " signaled=" << c.signaled << " inline_sends=" << c.inline_sends
+    << " completions=" << c.completions << " event_syscalls=" << c.event_syscalls
+    << " keepalives=" << c.keepalives;
+  return o.str();
+}
 uint64_t bytes_written_to(int peer) {
   return require_context("bytes_written_to").transport->bytes_written_to(peer);
 }

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 
 #include "api/debug.hpp"
@@ -120,6 +121,49 @@ TEST(Verbs, ForkedChildTouchesHeapNextToARegisteredTensor) {
     }
     RANK_CHECK(before[0] == 1.0f && after[0] == 2.0f && before[1] == 0.0f,
                "the parent's neighbours changed");
+  }));
+}
+
+// What a call costs the NIC and the kernel: work requests, doorbells, completions and
+// event-fd reads per call, and the wall time, at three sizes (printed for the notes). The
+// results are checked; so is that no call needs more doorbells than work requests.
+TEST(Verbs, PerCallCounters) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    for (int64_t n : {int64_t{2}, int64_t{16384}, int64_t{262144}}) {  // 8 B, 64 KiB, 1 MiB
+      Tensor in = zeros({n}, DType::Float32);
+      Tensor out = zeros({world * n}, DType::Float32);
+      all_gather_into_tensor(out, in);  // registers; not counted
+      barrier();
+      const std::string before = detail::transport_counters();
+      const int calls = n > 100000 ? 20 : 100;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int iter = 0; iter < calls; ++iter) {
+        testing::fill_input(in, rank, iter);
+        all_gather_into_tensor(out, in);
+        testing::check_gathered(out, world, iter, DType::Float32);
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          calls;
+      const std::string after = detail::transport_counters();
+      // name=value pairs: print the difference per call.
+      std::istringstream b(before), a(after);
+      std::string tb, ta;
+      std::ostringstream line;
+      double wrs = 0, bells = 0;
+      while (b >> tb && a >> ta) {
+        const auto eq = ta.find('=');
+        const std::string name = ta.substr(0, eq);
+        const double d = (std::stod(ta.substr(eq + 1)) - std::stod(tb.substr(eq + 1))) / calls;
+        line << ' ' << name << '=' << d;
+        if (name == "work_requests") wrs = d;
+        if (name == "doorbells") bells = d;
+      }
+      std::printf("rank %d, %lld B per rank, %.0f us per call, per call:%s\n", rank,
+                  static_cast<long long>(n * 4), us, line.str().c_str());
+      RANK_CHECK(bells <= wrs, "more doorbells than work requests");
+    }
   }));
 }
 

@@ -37,6 +37,21 @@ constexpr int kRecvDepth = 32;  // pre-posted receives per peer (descriptors + w
 constexpr int kSendDepth = 64;  // send work requests in flight per peer
 constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
 constexpr size_t kMaxWrite = size_t{1} << 30;
+// Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
+// inside the work request (no DMA read of a send buffer) where the device offers it; work
+// requests built between two progress() calls are chained and posted with one doorbell, and only
+// the last of a batch (and every kSignalEvery-th) asks for a completion: RC completes in order,
+// so one completion retires everything posted before it.
+constexpr uint32_t kWantInline = 256;
+constexpr int kSignalEvery = 16;
+// Async events (port, QP, CQ errors) are read at most this often while busy, and after every
+// sleep (their fd is among those waited on): not with a read(2) per progress() call.
+constexpr std::chrono::milliseconds kAsyncEventInterval{10};
+// A remote host that dies while we only wait for it (nothing of ours on its QP) sends no error;
+// every this often a peer we wait on gets a zero-byte RDMA write (no memory touched, nothing
+// completes at the peer). Its ACK proves the peer's NIC alive; a dead host makes it fail after
+// RDMACOLL_IB_TIMEOUT x (RDMACOLL_IB_RETRY_CNT + 1), which marks the peer failed.
+constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
 // Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
 // RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
 constexpr int kQpTimeout = 20;
@@ -269,6 +284,18 @@ struct WireInfo {
 };
 
 // RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
+// RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
+// so a NIC with several engines or QPs works on them side by side.
+size_t write_piece_bytes() {
+  const char* v = env("RDMACOLL_IB_CHUNK");
+  const long long b = v ? std::atoll(v) : (1 << 20);
+  if (v && (b < 4096 || static_cast<size_t>(b) > kMaxWrite)) {
+    throw TransportError(std::string("verbs: RDMACOLL_IB_CHUNK=") + v +
+                         " is not a size in bytes between 4096 and 1 GiB");
+  }
+  return static_cast<size_t>(b);
+}
+
 size_t mr_cache_bytes() {
   const char* v = env("RDMACOLL_MR_CACHE_MB");
   const long long mb = v ? std::atoll(v) : 2048;
@@ -289,6 +316,7 @@ class VerbsTransport final : public Transport {
                            choice_.device);
     }
     read_fabric_settings();
+    piece_bytes_ = write_piece_bytes();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
     if (!pd_ || !channel_)
@@ -297,7 +325,10 @@ class VerbsTransport final : public Transport {
     ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
     // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
     // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
-    constexpr int kDataAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    // Relaxed ordering lets PCIe reorder the NIC's writes where the device supports it (an
+    // optional flag: ignored by devices without it); completions still order what we read.
+    constexpr int kDataAccess =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING;
     ibv_pd* pd = pd_;
     cache_ = std::make_unique<MrCache>(
         mr_cache_bytes(), true,
@@ -362,7 +393,9 @@ class VerbsTransport final : public Transport {
     me_ = my_rank;
     world_ = world_size;
     const int peers = std::max(world_size - 1, 1);
-    cq_ = ibv_create_cq(ctx_, peers * (kRecvDepth + kSendDepth) + 16, nullptr, channel_, 0);
+    // Ranks of a host spread their completion interrupts over the device's vectors.
+    const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
+    cq_ = ibv_create_cq(ctx_, peers * (kRecvDepth + kSendDepth) + 16, nullptr, channel_, vector);
     if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
     // One registered pool for control buffers: receives then sends, per peer.
     ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
@@ -389,9 +422,15 @@ class VerbsTransport final : public Transport {
         a.cap.max_recv_wr = kRecvDepth;
         a.cap.max_send_sge = 1;
         a.cap.max_recv_sge = 1;
+        a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
         peers_[r].qp = ibv_create_qp(pd_, &a);
+        if (!peers_[r].qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
+          a.cap.max_inline_data = 0;
+          peers_[r].qp = ibv_create_qp(pd_, &a);
+        }
         if (!peers_[r].qp)
           throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
+        inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
         qpn = peers_[r].qp->qp_num;
         for (int s = 0; s < kSendDepth; ++s)
           peers_[r].free_send.push_back(s);
@@ -458,7 +497,20 @@ class VerbsTransport final : public Transport {
     std::memcpy(msg.data(), &tag, 8);
     if (length) std::memcpy(msg.data() + 8, data, length);
     const uint32_t id = track(req);
-    submit(peer, [this, peer, id, msg = std::move(msg)]() -> bool {
+    if (msg.size() <= inline_max_) {
+      // Inline: the post copies the bytes into the work request; no send buffer.
+      submit(peer, [this, peer, id, msg = std::move(msg)](Staged& st) mutable {
+        st.inline_bytes = std::move(msg);  // staging never fails once called (room checked)
+        st.sge.length = static_cast<uint32_t>(st.inline_bytes.size());
+        st.wr.wr_id = make_wr_id(kSendWr, peer, id);
+        st.wr.opcode = IBV_WR_SEND;
+        st.wr.send_flags = IBV_SEND_INLINE;
+        ++counters_.inline_sends;
+        return true;
+      });
+      return req;
+    }
+    submit(peer, [this, peer, id, msg = std::move(msg)](Staged& st) {
       Peer& p = peers_[peer];
       if (p.free_send.empty()) return false;
       const int slot = p.free_send.front();
@@ -467,15 +519,11 @@ class VerbsTransport final : public Transport {
       r->send_slot = slot;
       uint8_t* buf = send_buffer(peer, slot);
       std::memcpy(buf, msg.data(), msg.size());
-      ibv_sge sge{reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
-                  ctrl_mr_->mr->lkey};
-      ibv_send_wr wr{};
-      wr.wr_id = make_wr_id(kSendWr, peer, id);
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_SEND;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      return post(peer, wr, id);
+      st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
+                ctrl_mr_->mr->lkey};
+      st.wr.wr_id = make_wr_id(kSendWr, peer, id);
+      st.wr.opcode = IBV_WR_SEND;
+      return true;
     });
     return req;
   }
@@ -506,28 +554,25 @@ class VerbsTransport final : public Transport {
     const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
     const uint32_t id = track(req);
     const uint32_t imm = signal_imm32(signal);
-    // Pieces of at most kMaxWrite; only the last carries the immediate (RC keeps them in order).
+    // Pieces of at most RDMACOLL_IB_CHUNK; only the last carries the immediate (RC keeps them
+    // in order).
     size_t off = 0;
     do {
-      const size_t n = std::min(kMaxWrite, length - off);
+      const size_t n = std::min(piece_bytes_, length - off);
       const bool last = off + n == length;
       ++req->pieces;
       const uint64_t from = reinterpret_cast<uint64_t>(src.base()) + src_offset + off;
       const uint64_t to = remote.base() + dst_offset + off;
       const uint32_t lkey = local.lkey();
       const uint32_t rkey = remote.rkey;
-      submit(peer, [=, this]() -> bool {
-        ibv_sge sge{from, static_cast<uint32_t>(n), lkey};
-        ibv_send_wr wr{};
-        wr.wr_id = make_wr_id(kWriteWr, peer, id);
-        wr.sg_list = n ? &sge : nullptr;
-        wr.num_sge = n ? 1 : 0;
-        wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.imm_data = htonl(imm);
-        wr.wr.rdma.remote_addr = to;
-        wr.wr.rdma.rkey = rkey;
-        return post(peer, wr, id);
+      submit(peer, [=, this](Staged& st) {
+        st.sge = {from, static_cast<uint32_t>(n), lkey};
+        st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+        st.wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+        st.wr.imm_data = htonl(imm);
+        st.wr.wr.rdma.remote_addr = to;
+        st.wr.wr.rdma.rkey = rkey;
+        return true;
       });
       off += n;
     } while (off < length);
@@ -556,20 +601,32 @@ class VerbsTransport final : public Transport {
   }
 
   bool progress() override {
+    bool any = flush_all();
     cache_->collect();  // deregisters what unmapped memory invalidated (not in the hook)
-    bool any = drain_async();
+    const auto now = Clock::now();
+    if (async_due_ || now >= next_async_check_) {
+      async_due_ = false;
+      next_async_check_ = now + kAsyncEventInterval;
+      any = drain_async() || any;
+    }
     ibv_wc wc[32];
     for (;;) {
       const int n = ibv_poll_cq(cq_, 32, wc);
       if (n <= 0) break;
+      counters_.completions += static_cast<uint64_t>(n);
       any = true;
       for (int i = 0; i < n; ++i)
         handle(wc[i]);
     }
-    return any;
+    if (now >= next_keepalive_) {
+      next_keepalive_ = now + kKeepaliveInterval;
+      keepalive();
+    }
+    return flush_all() || any;  // completions may have let backlogged work in
   }
 
   bool prepare_wait() override {
+    if (flush_all()) return false;  // nothing staged may wait for the next wake-up
     if (armed_) return true;
     ibv_req_notify_cq(cq_, 0);
     armed_ = true;
@@ -584,6 +641,7 @@ class VerbsTransport final : public Transport {
   }
 
   void after_wait() override {
+    async_due_ = true;  // the async-event fd may be what woke us
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
     if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {  // the channel fd is non-blocking
@@ -596,6 +654,7 @@ class VerbsTransport final : public Transport {
   }
 
   uint64_t registrations() const override { return cache_->stats().registrations; }
+  Counters counters() const override { return counters_; }
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;
@@ -605,12 +664,26 @@ class VerbsTransport final : public Transport {
   }
 
  private:
+  // A work request built and waiting for its batch's doorbell (flush).
+  struct Staged {
+    ibv_send_wr wr{};
+    ibv_sge sge{};
+    Bytes inline_bytes;  // an inline send's bytes, copied into the work request by the post
+  };
+  struct Posted {
+    uint32_t id;  // the request (a write's pieces share it)
+    bool signaled;
+  };
   struct Peer {
     ibv_qp* qp = nullptr;
-    int outstanding = 0;
+    std::deque<Posted> posted;   // on the send queue, in post order
+    std::vector<Staged> staged;  // built since the last flush
+    int since_signal = 0;
     std::deque<int> free_send;
-    std::deque<std::function<bool()>> backlog;  // posts waiting for send queue room
+    // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
+    std::deque<std::function<bool(Staged&)>> backlog;
     std::optional<std::string> failure;
+    size_t in_queue() const { return posted.size() + staged.size(); }
   };
 
   // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's QP transitions back when
@@ -786,40 +859,108 @@ class VerbsTransport final : public Transport {
     return id;
   }
 
-  // Runs `post_fn` now if the send queue has room, else when completions make room.
-  void submit(int peer, std::function<bool()> post_fn) {
+  // Stages `build` now if the send queue has room, else when completions make room; the
+  // next flush posts it.
+  void submit(int peer, std::function<bool(Staged&)> build) {
     Peer& p = peers_[peer];
     if (p.failure) {
       fail_all_of(peer);
       return;
     }
-    if (p.backlog.empty() && p.outstanding < kSendDepth && post_fn()) return;
-    p.backlog.push_back(std::move(post_fn));
+    if (p.backlog.empty() && stage(peer, build)) return;
+    p.backlog.push_back(std::move(build));
   }
 
-  bool post(int peer, ibv_send_wr& wr, uint32_t id) {
-    ibv_send_wr* bad = nullptr;
-    if (const int e = ibv_post_send(peers_[peer].qp, &wr, &bad)) {
-      auto it = inflight_.find(id);
-      if (it != inflight_.end()) {
-        it->second->fail("ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
-                         " failed: " + errno_text(e));
-      }
-      return true;  // consumed (as a failure)
-    }
-    ++peers_[peer].outstanding;
+  bool stage(int peer, std::function<bool(Staged&)>& build) {
+    Peer& p = peers_[peer];
+    if (p.in_queue() >= static_cast<size_t>(kSendDepth)) return false;
+    Staged st;
+    if (!build(st)) return false;
+    p.staged.push_back(std::move(st));
     return true;
+  }
+
+  // Posts what is staged for `peer` as one chain: one doorbell; the last work request, and
+  // every kSignalEvery-th, asks for a completion.
+  bool flush(int peer) {
+    Peer& p = peers_[peer];
+    const size_t n = p.staged.size();
+    if (n == 0) return false;
+    for (size_t i = 0; i < n; ++i) {
+      Staged& st = p.staged[i];
+      if (!st.inline_bytes.empty())
+        st.sge.addr = reinterpret_cast<uint64_t>(st.inline_bytes.data());
+      st.wr.sg_list = st.sge.length ? &st.sge : nullptr;  // a zero-byte write has no sge
+      st.wr.num_sge = st.sge.length ? 1 : 0;
+      st.wr.next = i + 1 < n ? &p.staged[i + 1].wr : nullptr;
+      const bool signal = i + 1 == n || ++p.since_signal >= kSignalEvery;
+      if (signal) {
+        st.wr.send_flags |= IBV_SEND_SIGNALED;
+        p.since_signal = 0;
+        ++counters_.signaled;
+      }
+      p.posted.push_back({static_cast<uint32_t>(st.wr.wr_id), signal});
+    }
+    ++counters_.doorbells;
+    counters_.work_requests += n;
+    ibv_send_wr* bad = nullptr;
+    const int e = ibv_post_send(p.qp, &p.staged[0].wr, &bad);
+    if (e) {
+      // Work requests from `bad` on were not posted; the peer is unusable for us now.
+      size_t unposted = n;
+      for (size_t i = 0; i < n; ++i) {
+        if (&p.staged[i].wr == bad) unposted = n - i;
+      }
+      for (size_t i = 0; i < unposted && !p.posted.empty(); ++i)
+        p.posted.pop_back();
+      p.staged.clear();
+      mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
+                            " failed: " + errno_text(e));
+      return true;
+    }
+    p.staged.clear();
+    return true;
+  }
+
+  // A zero-byte write to every peer we wait on and have nothing posted to (see
+  // kKeepaliveInterval); its completion is a request nobody waits for.
+  void keepalive() {
+    std::vector<bool> waited(world_, false);
+    for (const auto& [key, req] : pending_recvs_)
+      waited[key.first] = true;
+    for (const auto& [key, req] : expects_)
+      waited[key.first] = true;
+    for (int r = 0; r < world_; ++r) {
+      Peer& p = peers_[r];
+      if (!waited[r] || r == me_ || p.failure || p.in_queue() > 0 || !p.backlog.empty()) continue;
+      auto req = std::make_shared<VerbsRequest>(r);
+      const uint32_t id = track(req);
+      ++req->pieces;
+      ++counters_.keepalives;
+      log::trace("verbs: keepalive write to rank " + std::to_string(r));
+      submit(r, [this, r, id](Staged& st) {
+        st.wr.wr_id = make_wr_id(kWriteWr, r, id);
+        st.wr.opcode = IBV_WR_RDMA_WRITE;  // zero bytes: no address or key is checked
+        return true;
+      });
+    }
+  }
+
+  bool flush_all() {
+    bool any = false;
+    for (int r = 0; r < world_; ++r) {
+      if (!peers_[r].staged.empty()) any = flush(r) || any;
+    }
+    return any;
   }
 
   void drain_backlog(int peer) {
     Peer& p = peers_[peer];
-    while (!p.backlog.empty() && p.outstanding < kSendDepth) {
-      if (!p.backlog.front()()) break;
+    while (!p.backlog.empty() && stage(peer, p.backlog.front()))
       p.backlog.pop_front();
-    }
   }
 
-  void deliver(VerbsRequest& req, const Bytes& payload) {
+  void deliver(VerbsRequest& req, std::span<const uint8_t> payload) {
     if (payload.size() > req.recv_capacity) {
       req.fail("control message of " + std::to_string(payload.size()) + " bytes from rank " +
                std::to_string(req.peer()) + " exceeds the receive buffer of " +
@@ -838,7 +979,7 @@ class VerbsTransport final : public Transport {
       mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                             "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
                             " QP to rank " + std::to_string(peer));
-      if (kind != kRecvWr) complete_send(peer, id, false);
+      if (kind != kRecvWr) complete_through(peer, id, false);
       return;
     }
     if (kind == kRecvWr) {
@@ -855,25 +996,41 @@ class VerbsTransport final : public Transport {
         const uint8_t* buf = recv_buffer(peer, static_cast<int>(id));
         uint64_t tag = 0;
         std::memcpy(&tag, buf, 8);
-        Bytes payload(buf + 8, buf + std::max<uint32_t>(wc.byte_len, 8));
+        const std::span<const uint8_t> payload(buf + 8, std::max<uint32_t>(wc.byte_len, 8) - 8);
         const auto key = std::make_pair(peer, tag);
         auto it = pending_recvs_.find(key);
         if (it != pending_recvs_.end()) {
-          deliver(static_cast<VerbsRequest&>(*it->second), payload);
+          deliver(static_cast<VerbsRequest&>(*it->second), payload);  // one copy, into place
           pending_recvs_.erase(it);
         } else {
-          unexpected_[key] = std::move(payload);
+          unexpected_[key] = Bytes(payload.begin(), payload.end());
         }
       }
       post_recv(peer, static_cast<int>(id));
       return;
     }
-    complete_send(peer, id, true);
+    complete_through(peer, id, true);
   }
 
-  void complete_send(int peer, uint32_t id, bool ok) {
+  // A completion for request `id`'s work request on `peer`'s QP: RC completes in order, so it
+  // also retires every unsignaled one posted before it. An error completion may name an
+  // unsignaled one (flushed); one already retired is ignored.
+  void complete_through(int peer, uint32_t id, bool ok) {
     Peer& p = peers_[peer];
-    if (p.outstanding > 0) --p.outstanding;
+    auto end = std::find_if(p.posted.begin(), p.posted.end(),
+                            [&](const Posted& x) { return x.id == id && (x.signaled || !ok); });
+    if (end == p.posted.end()) return;
+    std::vector<uint32_t> done;
+    for (auto it = p.posted.begin(); it != std::next(end); ++it)
+      done.push_back(it->id);
+    p.posted.erase(p.posted.begin(), std::next(end));
+    for (uint32_t d : done)
+      complete_one(peer, d, ok);
+    drain_backlog(peer);
+  }
+
+  void complete_one(int peer, uint32_t id, bool ok) {
+    Peer& p = peers_[peer];
     auto it = inflight_.find(id);
     if (it != inflight_.end()) {
       auto* req = static_cast<VerbsRequest*>(it->second.get());
@@ -889,7 +1046,6 @@ class VerbsTransport final : public Transport {
         inflight_.erase(it);
       }
     }
-    drain_backlog(peer);
   }
 
   void mark_failed(int peer, std::string why) {
@@ -909,7 +1065,9 @@ class VerbsTransport final : public Transport {
   bool drain_async() {
     ibv_async_event ev;
     bool any = false;
-    while (ibv_get_async_event(ctx_, &ev) == 0) {
+    for (;;) {
+      ++counters_.event_syscalls;
+      if (ibv_get_async_event(ctx_, &ev) != 0) break;
       any = true;
       std::string what = ibv_event_type_str(ev.event_type);
       for (int r = 0; r < world_; ++r) {
@@ -958,6 +1116,12 @@ class VerbsTransport final : public Transport {
   std::unique_ptr<MrCache> cache_;
   bool hooked_ = false;
   FabricSettings fabric_;
+  Counters counters_;
+  size_t piece_bytes_ = size_t{1} << 20;
+  uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
+  bool async_due_ = true;
+  Clock::time_point next_async_check_{};
+  Clock::time_point next_keepalive_{Clock::now() + kKeepaliveInterval};
 };
 
 }  // namespace
