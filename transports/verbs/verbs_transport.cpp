@@ -565,7 +565,7 @@ class VerbsTransport final : public Transport {
       const uint64_t to = remote.base() + dst_offset + off;
       const uint32_t lkey = local.lkey();
       const uint32_t rkey = remote.rkey;
-      submit(peer, [=, this](Staged& st) {
+      submit(peer, [=](Staged& st) {
         st.sge = {from, static_cast<uint32_t>(n), lkey};
         st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
         st.wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
@@ -938,7 +938,7 @@ class VerbsTransport final : public Transport {
       ++req->pieces;
       ++counters_.keepalives;
       log::trace("verbs: keepalive write to rank " + std::to_string(r));
-      submit(r, [this, r, id](Staged& st) {
+      submit(r, [r, id](Staged& st) {
         st.wr.wr_id = make_wr_id(kWriteWr, r, id);
         st.wr.opcode = IBV_WR_RDMA_WRITE;  // zero bytes: no address or key is checked
         return true;
