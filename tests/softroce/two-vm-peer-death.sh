@@ -11,19 +11,16 @@ limit_s=30
 port=$((20000 + RANDOM % 10000))
 logdir=$(mktemp -d)
 trap 'pkill -9 -f "mac=52:54:00:78:00:0" 2>/dev/null || true; rm -rf "$logdir"' EXIT
+master_addr=10.78.0.1 master_port=29601 vm_timeout=400
+. "$here/two-vm-lib.sh"
 job() {  # rank ip mac net
   # ACK timeout 2^16 x 4.096 us = 268 ms, 3 retries: a dead peer fails a write in about 1 s.
-  "$here/run-vm.sh" --timeout 400 --ip "$2/24" --mac "$3" --net "$4" --cwd "$build" -- \
-    env RANK="$1" WORLD_SIZE=2 MASTER_ADDR=10.78.0.1 MASTER_PORT=29601 RDMACOLL_TRANSPORT=verbs \
-    RDMACOLL_TIMEOUT_S=300 RDMACOLL_IB_TIMEOUT=16 RDMACOLL_IB_RETRY_CNT=3 \
-    ./tests/peer_death_probe > "$logdir/rank$1.log" 2>&1
+  rank_vm "$1" "$2" "$3" "$4" "$logdir/rank$1.log" RDMACOLL_IB_TIMEOUT=16 \
+    RDMACOLL_IB_RETRY_CNT=3 ./tests/peer_death_probe
 }
 job 0 10.78.0.1 52:54:00:78:00:01 "listen:$port" &
 pid0=$!
-for _ in $(seq 1 300); do
-  ss -ltn "sport = :$port" | grep -q LISTEN && break
-  sleep 0.1  # polling for QEMU's socket, bounded above
-done
+wait_for_listener "$port"
 job 1 10.78.0.2 52:54:00:78:00:02 "connect:$port" &
 # Both parked/waiting: poll the consoles (bounded), then give rank 0 a moment to be inside the
 # call (its descriptor must have been acknowledged before the kill).

@@ -7,20 +7,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?build dir}" && pwd)
 port=$((20000 + RANDOM % 10000))
 logdir=$(mktemp -d)
+master_addr=10.77.0.1 master_port=29600
+. "$here/two-vm-lib.sh"
 job() {  # rank ip mac net
-  "$here/run-vm.sh" --timeout 600 --ip "$2/24" --mac "$3" --net "$4" --cwd "$build" -- \
-    env RANK="$1" WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29600 RDMACOLL_TRANSPORT=verbs \
-    RDMACOLL_DEBUG=info RDMACOLL_TIMEOUT_S=300 \
-    ./all_gather_perf -b 8 -e 256K -f 32 -n 3 -w 1 -c 1 > "$logdir/rank$1.log" 2>&1
+  rank_vm "$1" "$2" "$3" "$4" "$logdir/rank$1.log" RDMACOLL_DEBUG=info \
+    ./all_gather_perf -b 8 -e 256K -f 32 -n 3 -w 1 -c 1
 }
 job 0 10.77.0.1 52:54:00:77:00:01 "listen:$port" &
 pid0=$!
-# QEMU listens before it boots the guest; wait for the socket (never probe it by connecting:
-# QEMU would take the probe as its peer).
-for _ in $(seq 1 300); do
-  ss -ltn "sport = :$port" | grep -q LISTEN && break
-  sleep 0.1  # polling for QEMU's socket, bounded above
-done
+wait_for_listener "$port"
 job 1 10.77.0.2 52:54:00:77:00:02 "connect:$port" &
 pid1=$!
 rc0=0 rc1=0

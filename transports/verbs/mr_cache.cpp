@@ -65,7 +65,6 @@ std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
     lru_.pop_back();
     ++stats_.evictions;
   }
-  stats_.cached_regions = lru_.size();
   return region;
 }
 
@@ -122,7 +121,6 @@ void MrCache::drop_overlapping_locked(uintptr_t lo, uintptr_t hi, uint64_t& coun
       ++it;
     }
   }
-  stats_.cached_regions = lru_.size();
 }
 
 void MrCache::evict(uintptr_t address, size_t length) {
@@ -140,12 +138,12 @@ void MrCache::clear() {
   std::lock_guard lock(mu_);
   lru_.clear();
   stats_.cached_bytes = 0;
-  stats_.cached_regions = 0;
 }
 
 MrCache::Stats MrCache::stats() const {
   std::lock_guard lock(mu_);
   Stats s = stats_;
+  s.cached_regions = lru_.size();
   s.unmaps_seen = unmaps_seen_.load(std::memory_order_relaxed);
   return s;
 }

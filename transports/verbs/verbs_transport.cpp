@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transports/peer_liveness.hpp"
 #include "transports/verbs/fabric.hpp"
@@ -103,17 +104,23 @@ void init_fork_safety() {
   });
 }
 
-// An integer setting in [lo, hi], or `fallback` when unset; a bad value is an error, not ignored.
+// A verbs setting in [lo, hi] through the project's strict parser (common/settings).
 int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* v = env(name);
-  if (!v) return fallback;
+  return static_cast<int>(settings::env_uint(name, static_cast<uint64_t>(fallback),
+                                             static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+}
+
+// RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
+uint16_t env_pkey() {
+  const char* v = env("RDMACOLL_IB_PKEY");
+  if (!v) return 0;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 0);
-  if (*end || x < lo || x > hi) {
-    throw TransportError(std::string("verbs: ") + name + "=" + v + " is not an integer in [" +
-                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (*end || x < 1 || x > 0xffff) {
+    throw InvalidArgument(
+        std::string("RDMACOLL_IB_PKEY: expected a P_Key from 0x1 to 0xffff, got '") + v + "'");
   }
-  return static_cast<int>(x);
+  return static_cast<uint16_t>(x);
 }
 
 // The traffic class the administrator set for the port (the mlx5 sysfs knob, "Global
@@ -283,23 +290,15 @@ struct WireInfo {
   // followed by one u32 QP number per rank (ours for that peer)
 };
 
-// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
 // RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 size_t write_piece_bytes() {
-  const char* v = env("RDMACOLL_IB_CHUNK");
-  const long long b = v ? std::atoll(v) : (1 << 20);
-  if (v && (b < 4096 || static_cast<size_t>(b) > kMaxWrite)) {
-    throw TransportError(std::string("verbs: RDMACOLL_IB_CHUNK=") + v +
-                         " is not a size in bytes between 4096 and 1 GiB");
-  }
-  return static_cast<size_t>(b);
+  return settings::env_uint("RDMACOLL_IB_CHUNK", size_t{1} << 20, 4096, kMaxWrite);
 }
 
+// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
 size_t mr_cache_bytes() {
-  const char* v = env("RDMACOLL_MR_CACHE_MB");
-  const long long mb = v ? std::atoll(v) : 2048;
-  return static_cast<size_t>(std::max(0LL, mb)) << 20;
+  return settings::env_uint("RDMACOLL_MR_CACHE_MB", 2048, 0, size_t{1} << 30) << 20;
 }
 
 class VerbsTransport final : public Transport {
@@ -726,15 +725,14 @@ class VerbsTransport final : public Transport {
     f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout, 1, 31);
     f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount, 0, 7);
     f.grh_required = (port_attr_.flags & IBV_QPF_GRH_REQUIRED) != 0;
-    if (env("RDMACOLL_IB_PKEY")) {
-      const int want = env_int("RDMACOLL_IB_PKEY", 0, 1, 0xffff);
+    if (const uint16_t want = env_pkey()) {
       std::vector<uint16_t> table;
       for (int i = 0; i < port_attr_.pkey_tbl_len; ++i) {
         __be16 pkey = 0;
         if (ibv_query_pkey(ctx_, choice_.port, i, &pkey) != 0) break;
         table.push_back(ntohs(pkey));
       }
-      f.pkey_index = fabric::select_pkey_index(table, static_cast<uint16_t>(want));
+      f.pkey_index = fabric::select_pkey_index(table, want);
       if (f.pkey_index < 0) {
         throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
                              " (RDMACOLL_IB_PKEY) is not in " + choice_.device + ":" +
@@ -876,6 +874,7 @@ class VerbsTransport final : public Transport {
     if (p.in_queue() >= static_cast<size_t>(kSendDepth)) return false;
     Staged st;
     if (!build(st)) return false;
+    if (p.staged.empty()) staged_peers_.push_back(peer);
     p.staged.push_back(std::move(st));
     return true;
   }
@@ -946,12 +945,15 @@ class VerbsTransport final : public Transport {
     }
   }
 
+  // Only the peers that have staged work: progress() runs this twice per call, and a scan of
+  // every peer would cost O(p) on the hot path.
   bool flush_all() {
-    bool any = false;
-    for (int r = 0; r < world_; ++r) {
-      if (!peers_[r].staged.empty()) any = flush(r) || any;
-    }
-    return any;
+    if (staged_peers_.empty()) return false;
+    std::vector<int> peers;
+    peers.swap(staged_peers_);
+    for (int r : peers)
+      flush(r);
+    return true;
   }
 
   void drain_backlog(int peer) {
@@ -1118,7 +1120,9 @@ class VerbsTransport final : public Transport {
   FabricSettings fabric_;
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
-  uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
+  uint32_t inline_max_ = kWantInline;
+  std::vector<int> staged_peers_;  // peers whose `staged` is not empty, each once  // what every QP
+                                   // took (0: the device has no inline data)
   bool async_due_ = true;
   Clock::time_point next_async_check_{};
   Clock::time_point next_keepalive_{Clock::now() + kKeepaliveInterval};
