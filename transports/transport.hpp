@@ -191,6 +191,7 @@ class Transport {
     uint64_t completions = 0;     // completion-queue entries polled
     uint64_t event_syscalls = 0;  // reads of the async-event fd
     uint64_t keepalives = 0;      // zero-byte writes to peers waited on (dead-host detection)
+    uint64_t striped_writes = 0;  // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
   };
   virtual Counters counters() const { return {}; }
 

@@ -578,7 +578,7 @@ std::string transport_counters() {
   o << "work_requests=" << c.work_requests << " doorbells=" << c.doorbells
     << " signaled=" << c.signaled << " inline_sends=" << c.inline_sends
     << " completions=" << c.completions << " event_syscalls=" << c.event_syscalls
-    << " keepalives=" << c.keepalives;
+    << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

@@ -167,6 +167,48 @@ TEST(Verbs, PerCallCounters) {
   }));
 }
 
+// RDMACOLL_IB_QPS_PER_PEER=3 with 4 KiB pieces: a write of several pieces is dealt over three
+// QPs, each ending with its own immediate, and the receiver completes after one arrival per QP
+// used. Sizes straddle the piece and lane counts (1, 2, 3, 16 and 65 pieces, a short last one);
+// every collective's every element is checked, and the counter proves the striping happened.
+TEST(Verbs, StripedWritesOverThreeQpsPerPeer) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_IB_QPS_PER_PEER", "3"}, {"RDMACOLL_IB_CHUNK", "4096"}};
+  expect_all_ok(run_ranks(
+      3,
+      [](int, int) {
+        require_verbs();
+        using namespace testing::reduction;
+        for (int64_t n :
+             {int64_t{1}, int64_t{2048}, int64_t{3000}, int64_t{16384}, int64_t{66000}}) {
+          gather_and_check({}, n, DType::Float32, DType::Float32, n % 2 == 0);
+        }
+        reduce_scatter_and_check({}, 12288, DType::Float32, ReduceOp::Sum, 1, Layout::Stacked);
+        broadcast_and_check({}, 2, 40000, DType::Float32, 1);
+        broadcast_and_check({}, 0, 100001, DType::Float32, 2);
+        const std::string counters = detail::transport_counters();
+        const auto at = counters.find("striped_writes=");
+        RANK_CHECK(at != std::string::npos && std::stoull(counters.substr(at + 15)) > 0,
+                   "no write was striped: " << counters);
+      },
+      opt));
+}
+
+// Ranks that disagree on the QP count cannot pair their QPs: every rank refuses at init,
+// naming the setting.
+TEST(Verbs, QpsPerPeerMismatchIsRefusedOnEveryRank) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        ::setenv("RDMACOLL_IB_QPS_PER_PEER", rank == 0 ? "1" : "2", 1);
+        expect_throw_with<Error>([] { init_process_group(); },
+                                 "set RDMACOLL_IB_QPS_PER_PEER the same on every rank");
+      },
+      opt));
+}
+
 TEST(Verbs, Subgroup) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     require_verbs();

@@ -58,9 +58,18 @@ constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
 constexpr int kQpTimeout = 20;
 constexpr int kRetryCount = 7;
 
+// RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
+// the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
+// last piece carrying the immediate, and the receiver counts one arrival per lane used. On
+// fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
+// one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
+constexpr int kMaxLanes = 16;
+
+// wr_id: kind (2 bits) | lane (6) | peer (24) | request id, or receive slot (32).
 enum WrKind : uint64_t { kRecvWr = 0, kSendWr = 1, kWriteWr = 2 };
-uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id) {
-  return (static_cast<uint64_t>(kind) << 62) | (static_cast<uint64_t>(peer) << 32) | id;
+uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id, uint32_t lane = 0) {
+  return (static_cast<uint64_t>(kind) << 62) | (static_cast<uint64_t>(lane) << 56) |
+         (static_cast<uint64_t>(peer) << 32) | id;
 }
 
 const char* env(const char* name) {
@@ -287,13 +296,27 @@ struct WireInfo {
   uint16_t lid;
   uint8_t mtu;
   uint8_t link_layer;
-  // followed by one u32 QP number per rank (ours for that peer)
+  uint8_t lanes;  // RDMACOLL_IB_QPS_PER_PEER: must match on every rank
+  uint8_t pad[3];
+  uint32_t piece_bytes;  // RDMACOLL_IB_CHUNK: how the sender cuts (the receiver counts lanes)
+  // followed by `lanes` u32 QP numbers per rank (ours for that peer, lane by lane)
 };
+
+// How many lanes a write of `length` bytes, cut into pieces of `piece` bytes, uses: the
+// sender stripes and the receiver counts arrivals by the same rule.
+int lanes_used(size_t length, size_t piece, int lanes) {
+  const size_t pieces = std::max<size_t>(1, (length + piece - 1) / piece);
+  return static_cast<int>(std::min<size_t>(pieces, static_cast<size_t>(lanes)));
+}
 
 // RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 size_t write_piece_bytes() {
   return settings::env_uint("RDMACOLL_IB_CHUNK", size_t{1} << 20, 4096, kMaxWrite);
+}
+
+int lanes_per_peer() {
+  return static_cast<int>(settings::env_uint("RDMACOLL_IB_QPS_PER_PEER", 1, 1, kMaxLanes));
 }
 
 // RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
@@ -314,8 +337,9 @@ class VerbsTransport final : public Transport {
       throw TransportError("verbs: cannot read GID " + std::to_string(choice_.gid_index) + " of " +
                            choice_.device);
     }
-    read_fabric_settings();
     piece_bytes_ = write_piece_bytes();
+    lanes_ = lanes_per_peer();
+    read_fabric_settings();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
     if (!pd_ || !channel_)
@@ -368,7 +392,9 @@ class VerbsTransport final : public Transport {
     if (hooked_) ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, this);
     cache_->clear();
     for (auto& p : peers_) {
-      if (p.qp) ibv_destroy_qp(p.qp);
+      for (auto& lane : p.lanes) {
+        if (lane.qp) ibv_destroy_qp(lane.qp);
+      }
     }
     if (cq_) {
       if (unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
@@ -394,7 +420,8 @@ class VerbsTransport final : public Transport {
     const int peers = std::max(world_size - 1, 1);
     // Ranks of a host spread their completion interrupts over the device's vectors.
     const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
-    cq_ = ibv_create_cq(ctx_, peers * (kRecvDepth + kSendDepth) + 16, nullptr, channel_, vector);
+    cq_ = ibv_create_cq(ctx_, peers * lanes_ * (kRecvDepth + kSendDepth) + 16, nullptr, channel_,
+                        vector);
     if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
     // One registered pool for control buffers: receives then sends, per peer.
     ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
@@ -403,38 +430,27 @@ class VerbsTransport final : public Transport {
     ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
     if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
     peers_.resize(world_size);
-    Bytes wire(sizeof(WireInfo) + 4 * static_cast<size_t>(world_size));
+    const size_t lanes = static_cast<size_t>(lanes_);
+    Bytes wire(sizeof(WireInfo) + 4 * lanes * static_cast<size_t>(world_size));
     WireInfo info{};
     std::memcpy(info.gid, gid_.raw, 16);
     info.lid = port_attr_.lid;
     info.mtu = static_cast<uint8_t>(port_attr_.active_mtu);
     info.link_layer = port_attr_.link_layer;
+    info.lanes = static_cast<uint8_t>(lanes_);
+    info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
     std::memcpy(wire.data(), &info, sizeof info);
     for (int r = 0; r < world_size; ++r) {
-      uint32_t qpn = 0;
       if (r != my_rank) {
-        ibv_qp_init_attr a{};
-        a.send_cq = cq_;
-        a.recv_cq = cq_;
-        a.qp_type = IBV_QPT_RC;
-        a.cap.max_send_wr = kSendDepth;
-        a.cap.max_recv_wr = kRecvDepth;
-        a.cap.max_send_sge = 1;
-        a.cap.max_recv_sge = 1;
-        a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
-        peers_[r].qp = ibv_create_qp(pd_, &a);
-        if (!peers_[r].qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
-          a.cap.max_inline_data = 0;
-          peers_[r].qp = ibv_create_qp(pd_, &a);
-        }
-        if (!peers_[r].qp)
-          throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
-        inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
-        qpn = peers_[r].qp->qp_num;
+        peers_[r].lanes.resize(lanes);
         for (int s = 0; s < kSendDepth; ++s)
           peers_[r].free_send.push_back(s);
       }
-      std::memcpy(wire.data() + sizeof info + 4 * r, &qpn, 4);
+      for (size_t l = 0; l < lanes; ++l) {
+        uint32_t qpn = 0;
+        if (r != my_rank) qpn = create_qp(peers_[r].lanes[l]);
+        std::memcpy(wire.data() + sizeof info + 4 * (r * lanes + l), &qpn, 4);
+      }
     }
     return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
   }
@@ -448,20 +464,36 @@ class VerbsTransport final : public Transport {
       PeerAddress a = decode_peer_address(addresses[r], r);
       hosts.emplace_back(a.host, static_cast<pid_t>(a.pid));
       if (r == my_rank) continue;
-      if (a.payload.size() != sizeof(WireInfo) + 4 * static_cast<size_t>(world_)) {
+      WireInfo info{};
+      if (a.payload.size() >= sizeof info) std::memcpy(&info, a.payload.data(), sizeof info);
+      const size_t lanes = static_cast<size_t>(lanes_);
+      if (a.payload.size() < sizeof info ||
+          (info.lanes == lanes_ &&
+           a.payload.size() != sizeof info + 4 * lanes * static_cast<size_t>(world_))) {
         throw TransportError("verbs: rank " + std::to_string(r) +
                              " published no verbs address (is it using another transport?)");
       }
-      WireInfo info;
-      std::memcpy(&info, a.payload.data(), sizeof info);
+      if (info.lanes != lanes_) {
+        throw TransportError("verbs: rank " + std::to_string(r) + " uses " +
+                             std::to_string(info.lanes) + " QPs per peer and this rank " +
+                             std::to_string(lanes_) +
+                             "; set RDMACOLL_IB_QPS_PER_PEER the same on every rank");
+      }
+      if (info.piece_bytes < 4096) {
+        throw TransportError("verbs: rank " + std::to_string(r) + " cuts writes into pieces of " +
+                             std::to_string(info.piece_bytes) + " bytes (RDMACOLL_IB_CHUNK)");
+      }
       const std::string clash = fabric::incompatibility(port_attr_.link_layer, info.link_layer,
                                                         "rank " + std::to_string(r));
       if (!clash.empty()) throw TransportError("verbs: " + clash);
-      uint32_t their_qpn = 0;
-      std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * my_rank, 4);
-      bring_up(r, info, their_qpn);
-      for (int s = 0; s < kRecvDepth; ++s)
-        post_recv(r, s);
+      peers_[r].their_piece_bytes = info.piece_bytes;
+      for (size_t l = 0; l < lanes; ++l) {
+        uint32_t their_qpn = 0;
+        std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * (my_rank * lanes + l), 4);
+        bring_up(r, static_cast<int>(l), info, their_qpn);
+        for (int s = 0; s < kRecvDepth; ++s)
+          post_recv(r, static_cast<int>(l), s);
+      }
     }
     liveness_.reset(hosts);
     for (int r = 0; r < world_; ++r) {
@@ -498,7 +530,7 @@ class VerbsTransport final : public Transport {
     const uint32_t id = track(req);
     if (msg.size() <= inline_max_) {
       // Inline: the post copies the bytes into the work request; no send buffer.
-      submit(peer, [this, peer, id, msg = std::move(msg)](Staged& st) mutable {
+      submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) mutable {
         st.inline_bytes = std::move(msg);  // staging never fails once called (room checked)
         st.sge.length = static_cast<uint32_t>(st.inline_bytes.size());
         st.wr.wr_id = make_wr_id(kSendWr, peer, id);
@@ -509,7 +541,7 @@ class VerbsTransport final : public Transport {
       });
       return req;
     }
-    submit(peer, [this, peer, id, msg = std::move(msg)](Staged& st) {
+    submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) {
       Peer& p = peers_[peer];
       if (p.free_send.empty()) return false;
       const int slot = p.free_send.front();
@@ -553,47 +585,56 @@ class VerbsTransport final : public Transport {
     const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
     const uint32_t id = track(req);
     const uint32_t imm = signal_imm32(signal);
-    // Pieces of at most RDMACOLL_IB_CHUNK; only the last carries the immediate (RC keeps them
-    // in order).
-    size_t off = 0;
-    do {
+    // Pieces of at most RDMACOLL_IB_CHUNK, dealt to the lanes in turn; on each lane only the
+    // last piece carries the immediate (RC keeps a lane's pieces in order), so the receiver
+    // counts one arrival per lane used.
+    const size_t pieces = std::max<size_t>(1, (length + piece_bytes_ - 1) / piece_bytes_);
+    const int used = lanes_used(length, piece_bytes_, lanes_);
+    if (used > 1) ++counters_.striped_writes;
+    for (size_t i = 0; i < pieces; ++i) {
+      const size_t off = i * piece_bytes_;
       const size_t n = std::min(piece_bytes_, length - off);
-      const bool last = off + n == length;
+      const bool last = i + static_cast<size_t>(used) >= pieces;
+      const int lane = static_cast<int>(i % static_cast<size_t>(used));
       ++req->pieces;
       const uint64_t from = reinterpret_cast<uint64_t>(src.base()) + src_offset + off;
       const uint64_t to = remote.base() + dst_offset + off;
       const uint32_t lkey = local.lkey();
       const uint32_t rkey = remote.rkey;
-      submit(peer, [=](Staged& st) {
+      submit(peer, lane, [=](Staged& st) {
         st.sge = {from, static_cast<uint32_t>(n), lkey};
-        st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+        st.wr.wr_id = make_wr_id(kWriteWr, peer, id, static_cast<uint32_t>(lane));
         st.wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
         st.wr.imm_data = htonl(imm);
         st.wr.wr.rdma.remote_addr = to;
         st.wr.wr.rdma.rkey = rkey;
         return true;
       });
-      off += n;
-    } while (off < length);
+    }
     return req;
   }
 
-  RequestPtr expect(int peer, MemoryRegion&, size_t, size_t, uint64_t signal) override {
+  RequestPtr expect(int peer, MemoryRegion&, size_t, size_t length, uint64_t signal) override {
     auto req = std::make_shared<VerbsRequest>(peer);
     const auto key = std::make_pair(peer, signal_imm32(signal));
-    if (arrived_.erase(key)) {
+    int remaining = 1;
+    if (peer >= 0 && peer < world_ && peer != me_)
+      remaining = lanes_used(length, peers_[peer].their_piece_bytes, lanes_);
+    if (auto it = arrived_.find(key); it != arrived_.end()) {
+      remaining -= it->second;
+      arrived_.erase(it);
+    }
+    if (remaining <= 0) {
       req->complete();
     } else {
-      expects_[key] = req;
+      expects_[key] = {req, remaining};
     }
     return req;
   }
 
   void cancel(const RequestPtr& request) override {
     if (request->state() != Request::State::Pending) return;
-    for (auto* m : {&expects_}) {
-      std::erase_if(*m, [&](const auto& kv) { return kv.second == request; });
-    }
+    std::erase_if(expects_, [&](const auto& kv) { return kv.second.request == request; });
     std::erase_if(pending_recvs_, [&](const auto& kv) { return kv.second == request; });
     // Posted writes cannot be recalled; the group is broken after a cancel anyway.
     request->fail("cancelled");
@@ -673,17 +714,52 @@ class VerbsTransport final : public Transport {
     uint32_t id;  // the request (a write's pieces share it)
     bool signaled;
   };
-  struct Peer {
+  // One QP to a peer and its send queue's bookkeeping.
+  struct Lane {
     ibv_qp* qp = nullptr;
     std::deque<Posted> posted;   // on the send queue, in post order
     std::vector<Staged> staged;  // built since the last flush
     int since_signal = 0;
-    std::deque<int> free_send;
     // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
     std::deque<std::function<bool(Staged&)>> backlog;
-    std::optional<std::string> failure;
     size_t in_queue() const { return posted.size() + staged.size(); }
   };
+  struct Peer {
+    std::vector<Lane> lanes;  // lane 0 carries control messages
+    std::deque<int> free_send;
+    size_t their_piece_bytes = size_t{1} << 20;
+    std::optional<std::string> failure;
+    bool idle() const {
+      return std::all_of(lanes.begin(), lanes.end(),
+                         [](const Lane& l) { return l.in_queue() == 0 && l.backlog.empty(); });
+    }
+  };
+  // An expected write's request and the lanes' immediates still to come.
+  struct Expected {
+    RequestPtr request;
+    int remaining = 1;
+  };
+
+  // One RC QP on our CQ; its number.
+  uint32_t create_qp(Lane& lane) {
+    ibv_qp_init_attr a{};
+    a.send_cq = cq_;
+    a.recv_cq = cq_;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = kSendDepth;
+    a.cap.max_recv_wr = kRecvDepth;
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
+    lane.qp = ibv_create_qp(pd_, &a);
+    if (!lane.qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
+      a.cap.max_inline_data = 0;
+      lane.qp = ibv_create_qp(pd_, &a);
+    }
+    if (!lane.qp) throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
+    inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
+    return lane.qp->qp_num;
+  }
 
   // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's QP transitions back when
   // RDMACOLL_TEST_QP_DELAY_RANK names it (the handshake test's late peer).
@@ -759,6 +835,8 @@ class VerbsTransport final : public Transport {
               std::to_string(f.pkey_index) + ", MTU " +
               std::to_string(128 << port_attr_.active_mtu) + ", timeout " +
               std::to_string(f.timeout) + ", retry " + std::to_string(f.retry_count) +
+              ", writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
+              std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") + " per peer" +
               (f.grh_required ? ", GRH required" : ""));
   }
 
@@ -784,8 +862,8 @@ class VerbsTransport final : public Transport {
   }
   uint8_t* send_buffer(int peer, int slot) { return recv_buffer(peer, kRecvDepth + slot); }
 
-  void bring_up(int r, const WireInfo& info, uint32_t their_qpn) {
-    ibv_qp* qp = peers_[r].qp;
+  void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn) {
+    ibv_qp* qp = peers_[r].lanes[lane].qp;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = static_cast<uint16_t>(fabric_.pkey_index);
@@ -838,15 +916,17 @@ class VerbsTransport final : public Transport {
     }
   }
 
-  void post_recv(int peer, int slot) {
+  // Lane 0's receives take control messages into the pool; the other lanes only see write
+  // immediates, which consume a receive but no buffer.
+  void post_recv(int peer, int lane, int slot) {
     ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(peer, slot)), kCtrlBytes,
                 ctrl_mr_->mr->lkey};
     ibv_recv_wr wr{};
     ibv_recv_wr* bad = nullptr;
-    wr.wr_id = make_wr_id(kRecvWr, peer, slot);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    if (const int e = ibv_post_recv(peers_[peer].qp, &wr, &bad)) {
+    wr.wr_id = make_wr_id(kRecvWr, peer, slot, static_cast<uint32_t>(lane));
+    wr.sg_list = lane == 0 ? &sge : nullptr;
+    wr.num_sge = lane == 0 ? 1 : 0;
+    if (const int e = ibv_post_recv(peers_[peer].lanes[lane].qp, &wr, &bad)) {
       mark_failed(peer, "ibv_post_recv failed: " + errno_text(e));
     }
   }
@@ -859,30 +939,31 @@ class VerbsTransport final : public Transport {
 
   // Stages `build` now if the send queue has room, else when completions make room; the
   // next flush posts it.
-  void submit(int peer, std::function<bool(Staged&)> build) {
+  void submit(int peer, int lane, std::function<bool(Staged&)> build) {
     Peer& p = peers_[peer];
     if (p.failure) {
       fail_all_of(peer);
       return;
     }
-    if (p.backlog.empty() && stage(peer, build)) return;
-    p.backlog.push_back(std::move(build));
+    Lane& l = p.lanes[lane];
+    if (l.backlog.empty() && stage(peer, lane, build)) return;
+    l.backlog.push_back(std::move(build));
   }
 
-  bool stage(int peer, std::function<bool(Staged&)>& build) {
-    Peer& p = peers_[peer];
-    if (p.in_queue() >= static_cast<size_t>(kSendDepth)) return false;
+  bool stage(int peer, int lane, std::function<bool(Staged&)>& build) {
+    Lane& l = peers_[peer].lanes[lane];
+    if (l.in_queue() >= static_cast<size_t>(kSendDepth)) return false;
     Staged st;
     if (!build(st)) return false;
-    if (p.staged.empty()) staged_peers_.push_back(peer);
-    p.staged.push_back(std::move(st));
+    if (l.staged.empty()) staged_lanes_.emplace_back(peer, lane);
+    l.staged.push_back(std::move(st));
     return true;
   }
 
   // Posts what is staged for `peer` as one chain: one doorbell; the last work request, and
   // every kSignalEvery-th, asks for a completion.
-  bool flush(int peer) {
-    Peer& p = peers_[peer];
+  bool flush(int peer, int lane) {
+    Lane& p = peers_[peer].lanes[lane];
     const size_t n = p.staged.size();
     if (n == 0) return false;
     for (size_t i = 0; i < n; ++i) {
@@ -931,13 +1012,13 @@ class VerbsTransport final : public Transport {
       waited[key.first] = true;
     for (int r = 0; r < world_; ++r) {
       Peer& p = peers_[r];
-      if (!waited[r] || r == me_ || p.failure || p.in_queue() > 0 || !p.backlog.empty()) continue;
+      if (!waited[r] || r == me_ || p.failure || !p.idle()) continue;
       auto req = std::make_shared<VerbsRequest>(r);
       const uint32_t id = track(req);
       ++req->pieces;
       ++counters_.keepalives;
       log::trace("verbs: keepalive write to rank " + std::to_string(r));
-      submit(r, [r, id](Staged& st) {
+      submit(r, 0, [r, id](Staged& st) {
         st.wr.wr_id = make_wr_id(kWriteWr, r, id);
         st.wr.opcode = IBV_WR_RDMA_WRITE;  // zero bytes: no address or key is checked
         return true;
@@ -945,21 +1026,21 @@ class VerbsTransport final : public Transport {
     }
   }
 
-  // Only the peers that have staged work: progress() runs this twice per call, and a scan of
+  // Only the lanes that have staged work: progress() runs this twice per call, and a scan of
   // every peer would cost O(p) on the hot path.
   bool flush_all() {
-    if (staged_peers_.empty()) return false;
-    std::vector<int> peers;
-    peers.swap(staged_peers_);
-    for (int r : peers)
-      flush(r);
+    if (staged_lanes_.empty()) return false;
+    std::vector<std::pair<int, int>> lanes;
+    lanes.swap(staged_lanes_);
+    for (const auto& [peer, lane] : lanes)
+      flush(peer, lane);
     return true;
   }
 
-  void drain_backlog(int peer) {
-    Peer& p = peers_[peer];
-    while (!p.backlog.empty() && stage(peer, p.backlog.front()))
-      p.backlog.pop_front();
+  void drain_backlog(int peer, int lane) {
+    Lane& l = peers_[peer].lanes[lane];
+    while (!l.backlog.empty() && stage(peer, lane, l.backlog.front()))
+      l.backlog.pop_front();
   }
 
   void deliver(VerbsRequest& req, std::span<const uint8_t> payload) {
@@ -975,25 +1056,30 @@ class VerbsTransport final : public Transport {
 
   void handle(const ibv_wc& wc) {
     const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
-    const int peer = static_cast<int>((wc.wr_id >> 32) & 0x3fffffff);
+    const int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
+    const int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
     const uint32_t id = static_cast<uint32_t>(wc.wr_id);
     if (wc.status != IBV_WC_SUCCESS) {
       mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                             "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
                             " QP to rank " + std::to_string(peer));
-      if (kind != kRecvWr) complete_through(peer, id, false);
+      if (kind != kRecvWr) complete_through(peer, lane, id, false);
       return;
     }
     if (kind == kRecvWr) {
       if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         const auto key = std::make_pair(peer, ntohl(wc.imm_data));
         auto it = expects_.find(key);
-        if (it != expects_.end()) {
-          it->second->complete(wc.byte_len);
+        if (it == expects_.end()) {
+          ++arrived_[key];
+        } else if (--it->second.remaining == 0) {
+          it->second.request->complete();
           expects_.erase(it);
-        } else {
-          arrived_.insert(key);
         }
+      } else if (lane != 0) {  // only lane 0 has buffers for control messages
+        mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
+                              std::to_string(lane));
+        return;
       } else {
         const uint8_t* buf = recv_buffer(peer, static_cast<int>(id));
         uint64_t tag = 0;
@@ -1008,17 +1094,17 @@ class VerbsTransport final : public Transport {
           unexpected_[key] = Bytes(payload.begin(), payload.end());
         }
       }
-      post_recv(peer, static_cast<int>(id));
+      post_recv(peer, lane, static_cast<int>(id));
       return;
     }
-    complete_through(peer, id, true);
+    complete_through(peer, lane, id, true);
   }
 
   // A completion for request `id`'s work request on `peer`'s QP: RC completes in order, so it
   // also retires every unsignaled one posted before it. An error completion may name an
   // unsignaled one (flushed); one already retired is ignored.
-  void complete_through(int peer, uint32_t id, bool ok) {
-    Peer& p = peers_[peer];
+  void complete_through(int peer, int lane, uint32_t id, bool ok) {
+    Lane& p = peers_[peer].lanes[lane];
     auto end = std::find_if(p.posted.begin(), p.posted.end(),
                             [&](const Posted& x) { return x.id == id && (x.signaled || !ok); });
     if (end == p.posted.end()) return;
@@ -1028,7 +1114,7 @@ class VerbsTransport final : public Transport {
     p.posted.erase(p.posted.begin(), std::next(end));
     for (uint32_t d : done)
       complete_one(peer, d, ok);
-    drain_backlog(peer);
+    drain_backlog(peer, lane);
   }
 
   void complete_one(int peer, uint32_t id, bool ok) {
@@ -1061,7 +1147,8 @@ class VerbsTransport final : public Transport {
     for (auto& [id, req] : inflight_) {
       if (req->peer() == peer && req->state() == Request::State::Pending) req->fail(why);
     }
-    peers_[peer].backlog.clear();
+    for (auto& lane : peers_[peer].lanes)
+      lane.backlog.clear();
   }
 
   bool drain_async() {
@@ -1072,10 +1159,13 @@ class VerbsTransport final : public Transport {
       if (ibv_get_async_event(ctx_, &ev) != 0) break;
       any = true;
       std::string what = ibv_event_type_str(ev.event_type);
-      for (int r = 0; r < world_; ++r) {
-        if ((ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
-             ev.event_type == IBV_EVENT_QP_ACCESS_ERR) &&
-            ev.element.qp == peers_[r].qp) {
+      const bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL ||
+                            ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                            ev.event_type == IBV_EVENT_QP_ACCESS_ERR;
+      for (int r = 0; r < world_ && qp_event; ++r) {
+        const auto& lanes = peers_[r].lanes;
+        if (std::any_of(lanes.begin(), lanes.end(),
+                        [&](const Lane& l) { return l.qp == ev.element.qp; })) {
           mark_failed(r, "async event '" + what + "' on " + choice_.device + " QP to rank " +
                              std::to_string(r));
         }
@@ -1111,8 +1201,8 @@ class VerbsTransport final : public Transport {
   PeerLiveness liveness_;
   uint32_t next_id_ = 1;
   std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
-  std::map<std::pair<int, uint32_t>, RequestPtr> expects_;
-  std::set<std::pair<int, uint32_t>> arrived_;
+  std::map<std::pair<int, uint32_t>, Expected> expects_;
+  std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
   std::map<std::pair<int, uint64_t>, RequestPtr> pending_recvs_;
   std::map<std::pair<int, uint64_t>, Bytes> unexpected_;
   std::unique_ptr<MrCache> cache_;
@@ -1120,9 +1210,9 @@ class VerbsTransport final : public Transport {
   FabricSettings fabric_;
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
-  uint32_t inline_max_ = kWantInline;
-  std::vector<int> staged_peers_;  // peers whose `staged` is not empty, each once  // what every QP
-                                   // took (0: the device has no inline data)
+  int lanes_ = 1;
+  uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
+  std::vector<std::pair<int, int>> staged_lanes_;  // (peer, lane) with staged work, each once
   bool async_due_ = true;
   Clock::time_point next_async_check_{};
   Clock::time_point next_keepalive_{Clock::now() + kKeepaliveInterval};
