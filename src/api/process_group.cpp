@@ -364,10 +364,12 @@ void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& 
     hosts.push_back(m.host);
   const topology::Layout layout = topology::layout_of(hosts);
   g.hosts = layout.hosts;
+  g.host_of = layout.host_of;
   if (flat_topology()) {
     g.order.resize(members.size());
     std::iota(g.order.begin(), g.order.end(), 0);
     g.ring_order = g.order;
+    g.host_of.assign(members.size(), 0);  // flat: no schedule knows hosts
   } else {
     g.order = topology::interleaved_order(layout);
     g.ring_order = topology::host_major_order(layout);

@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "engine/call.hpp"
 #include "engine/exposed_region.hpp"
+#include "schedule/simulate.hpp"
 
 namespace rdmacoll {
 
@@ -47,14 +48,39 @@ schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
   return *forced;
 }
 
+schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<int>& host_of,
+                                     const std::vector<int>& order,
+                                     const std::vector<int>& ring_order) {
+  const int p = static_cast<int>(host_of.size());
+  const int hosts = p ? *std::max_element(host_of.begin(), host_of.end()) + 1 : 1;
+  const schedule::Algorithm a = choose_algorithm(p, bytes_per_rank, hosts);
+  if (forced_algorithm() || hosts == 1) return a;
+  const bool fewer = schedule::two_level_sends_less(
+      a, host_of, a == schedule::Algorithm::Ring ? ring_order : order);
+  return fewer ? schedule::Algorithm::TwoLevel : a;
+}
+
 namespace {
 
-const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {
+schedule::Algorithm algorithm_for(GroupState& g, size_t bytes_per_rank) {
   const schedule::Algorithm a = choose_algorithm(g.size(), bytes_per_rank, g.hosts);
+  if (forced_algorithm() || g.hosts == 1) return a;
+  // The simulation runs once per group and flat pick, not per call.
+  auto it = g.two_level_wins.find(a);
+  if (it == g.two_level_wins.end()) {
+    const bool fewer = schedule::two_level_sends_less(
+        a, g.host_of, a == schedule::Algorithm::Ring ? g.ring_order : g.order);
+    it = g.two_level_wins.emplace(a, fewer).first;
+  }
+  return it->second ? schedule::Algorithm::TwoLevel : a;
+}
+
+const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank) {
+  const schedule::Algorithm a = algorithm_for(g, bytes_per_rank);
   auto it = g.schedules.find(a);
   if (it == g.schedules.end()) {
     const auto& order = a == schedule::Algorithm::Ring ? g.ring_order : g.order;
-    it = g.schedules.emplace(a, schedule::make_schedule(a, order, g.rank)).first;
+    it = g.schedules.emplace(a, schedule::make_schedule(a, order, g.rank, g.host_of)).first;
     log::info(g.describe() + ": all_gather algorithm " + schedule::algorithm_name(a) + ", " +
               std::to_string(it->second.steps.size()) + " steps, " +
               std::to_string(bytes_per_rank) + " bytes per rank, " + std::to_string(g.hosts) +

@@ -89,8 +89,14 @@ class Engine {
 AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
                          int64_t total_numel, const std::string& local_error);
 
-// RDMACOLL_ALGO (auto|rd|bruck|ring|direct) resolved for a group of p ranks.
+// RDMACOLL_ALGO (auto|rd|bruck|ring|direct|two_level) resolved for a group of p ranks.
 schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
+// The all-gather algorithm for a group with this layout (host_of[group rank] = host index):
+// RDMACOLL_ALGO when set; else the selector's pick, or the two-level schedule where the
+// simulator says it sends fewer bytes off the hosts. `order` and `ring_order` as in GroupState.
+schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<int>& host_of,
+                                     const std::vector<int>& order,
+                                     const std::vector<int>& ring_order);
 // The algorithm RDMACOLL_ALGO names, or nullopt for auto.
 const std::optional<schedule::Algorithm>& forced_algorithm();
 

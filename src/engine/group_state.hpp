@@ -52,6 +52,8 @@ class GroupState {
   std::vector<int> order;       // virtual order for rd/bruck: host index in the low bits
   std::vector<int> ring_order;  // ring order: each host's ranks contiguous
   int hosts = 1;                // hosts the group spans
+  std::vector<int> host_of;     // group rank -> host index (0..hosts-1)
+  std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it

@@ -16,6 +16,8 @@ std::string algorithm_name(Algorithm a) {
       return "ring";
     case Algorithm::Direct:
       return "direct";
+    case Algorithm::TwoLevel:
+      return "two_level";
   }
   return "?";
 }
@@ -37,7 +39,8 @@ std::vector<Transfer> coalesce(int peer, std::vector<int> chunks) {
   return runs;
 }
 
-Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank) {
+Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank,
+                       const std::vector<int>& host_of) {
   switch (a) {
     case Algorithm::RecursiveDoubling:
       if (!is_power_of_two(static_cast<int>(order.size()))) {
@@ -51,17 +54,22 @@ Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank) {
       return ring(order, rank);
     case Algorithm::Direct:
       return direct(order, rank);
+    case Algorithm::TwoLevel:
+      if (host_of.size() != order.size()) {
+        throw InvalidArgument("the two-level all-gather needs every rank's host");
+      }
+      return two_level(host_of, rank);
   }
   throw InvalidArgument("unknown algorithm");
 }
 
 Algorithm parse_algorithm(const std::string& name) {
-  for (Algorithm a :
-       {Algorithm::RecursiveDoubling, Algorithm::Bruck, Algorithm::Ring, Algorithm::Direct}) {
+  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::Bruck, Algorithm::Ring,
+                      Algorithm::Direct, Algorithm::TwoLevel}) {
     if (algorithm_name(a) == name) return a;
   }
-  throw InvalidArgument("RDMACOLL_ALGO: expected auto, rd, bruck, ring or direct, got '" + name +
-                        "'");
+  throw InvalidArgument(
+      "RDMACOLL_ALGO: expected auto, rd, bruck, ring, direct or two_level, got '" + name + "'");
 }
 
 }  // namespace rdmacoll::schedule

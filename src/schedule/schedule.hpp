@@ -24,7 +24,7 @@ struct Step {
   std::vector<Transfer> recvs;
 };
 
-enum class Algorithm { RecursiveDoubling, Bruck, Ring, Direct };
+enum class Algorithm { RecursiveDoubling, Bruck, Ring, Direct, TwoLevel };
 
 struct Schedule {
   Algorithm algorithm;
@@ -39,10 +39,15 @@ Schedule recursive_doubling(const std::vector<int>& order, int rank);  // p a po
 Schedule bruck(const std::vector<int>& order, int rank);               // any p
 Schedule ring(const std::vector<int>& order, int rank);                // any p, p-1 steps
 Schedule direct(const std::vector<int>& order, int rank);              // any p, one step
+// Host-aware: `host_of[r]` is group rank r's host index (0..h-1, every index used). Gathers
+// inside hosts, passes host blocks between the hosts' leaders, spreads inside hosts.
+Schedule two_level(const std::vector<int>& host_of, int rank);
 
-Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank);
+// `host_of` is needed by TwoLevel only.
+Schedule make_schedule(Algorithm a, const std::vector<int>& order, int rank,
+                       const std::vector<int>& host_of = {});
 
-// Parses "rd", "bruck", "ring", "direct" (throws InvalidArgument otherwise).
+// Parses "rd", "bruck", "ring", "direct", "two_level" (throws InvalidArgument otherwise).
 Algorithm parse_algorithm(const std::string& name);
 
 // The selector: picks an algorithm from the group size, the bytes each rank contributes and

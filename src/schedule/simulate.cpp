@@ -55,8 +55,17 @@ SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vect
                    uint64_t m, const AlphaBeta& ab) {
   std::vector<Schedule> all;
   for (int rank = 0; rank < static_cast<int>(host_of.size()); ++rank)
-    all.push_back(make_schedule(a, order, rank));
+    all.push_back(make_schedule(a, order, rank, host_of));
   return simulate_schedules(all, host_of, m, ab);
+}
+
+bool two_level_sends_less(Algorithm flat, const std::vector<int>& host_of,
+                          const std::vector<int>& order) {
+  const int p = static_cast<int>(host_of.size());
+  if (p > kTwoLevelMaxSimulatedRanks || flat == Algorithm::TwoLevel) return false;
+  if (p < 3 || *std::max_element(host_of.begin(), host_of.end()) == 0) return false;
+  return simulate(Algorithm::TwoLevel, host_of, order, 1).total_offhost <
+         simulate(flat, host_of, order, 1).total_offhost;
 }
 
 SimResult simulate_reduce_scatter(Algorithm a, const std::vector<int>& host_of,

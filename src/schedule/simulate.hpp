@@ -26,6 +26,13 @@ struct SimResult {
 // host_of[rank] = host index; `order` is the virtual order the schedule is built with.
 SimResult simulate(Algorithm a, const std::vector<int>& host_of, const std::vector<int>& order,
                    uint64_t bytes_per_rank, const AlphaBeta& ab = {});
+// The selector's second opinion across hosts: true when the two-level schedule sends fewer
+// off-host bytes in all than `flat` built with `order` (counted once per group; bytes scale
+// with the chunk, so one byte per rank decides). Groups above kTwoLevelMaxSimulatedRanks are
+// not simulated (p schedules of up to p steps each) and keep the flat pick.
+constexpr int kTwoLevelMaxSimulatedRanks = 512;
+bool two_level_sends_less(Algorithm flat, const std::vector<int>& host_of,
+                          const std::vector<int>& order);
 // The reduce-scatter's (Direct or Ring, schedule/reduce_scatter.hpp) of pieces of
 // `piece_bytes` (the output's bytes per rank).
 SimResult simulate_reduce_scatter(Algorithm a, const std::vector<int>& host_of,

@@ -62,15 +62,19 @@ int main(int argc, char** argv) {
   int rc = 0;
   if (rank == 0) {
     const topology::Layout layout = topology::layout_of(hosts);
-    const schedule::Algorithm a =
-        engine::choose_algorithm(world, static_cast<size_t>(n) * 4, layout.hosts);
-    const char* flat = std::getenv("RDMACOLL_TOPOLOGY");
-    std::vector<int> order = a == schedule::Algorithm::Ring ? topology::host_major_order(layout)
-                                                            : topology::interleaved_order(layout);
-    if (flat && std::string(flat) == "flat") {
+    const char* flat_env = std::getenv("RDMACOLL_TOPOLOGY");
+    const bool flat = flat_env && std::string(flat_env) == "flat";
+    std::vector<int> interleaved = topology::interleaved_order(layout);
+    std::vector<int> host_major = topology::host_major_order(layout);
+    std::vector<int> sched_hosts = layout.host_of;  // what the engine's schedules know
+    if (flat) {
       for (int r = 0; r < world; ++r)
-        order[r] = r;
+        interleaved[r] = host_major[r] = r;
+      sched_hosts.assign(world, 0);
     }
+    const schedule::Algorithm a =
+        engine::choose_algorithm(static_cast<size_t>(n) * 4, sched_hosts, interleaved, host_major);
+    const std::vector<int>& order = a == schedule::Algorithm::Ring ? host_major : interleaved;
     // The reduce-scatter rides the host-major ring across hosts (3 ranks or more), else the
     // direct round.
     const schedule::Algorithm rs_algo =

@@ -36,17 +36,22 @@ for i in $(seq 1 $hosts_max); do
 done
 
 failures=0
-# run HOSTS RANKS_PER_HOST BYTES [VAR=VALUE...]: ranks numbered host by host. OP (all_gather,
-# reduce_scatter) from the environment.
-run() {
-  local hosts=$1 k=$2 bytes=$3 op=${OP:-all_gather}
-  shift 3
-  local world=$((hosts * k)) port=$((20000 + RANDOM % 10000)) pids=() rc=0 log
+# run_layout K1,K2,... BYTES [VAR=VALUE...]: K1 ranks on the first host, K2 on the second...,
+# ranks numbered host by host. OP (all_gather, reduce_scatter) from the environment.
+run_layout() {
+  local layout=$1 bytes=$2 op=${OP:-all_gather}
+  shift 2
+  local port=$((20000 + RANDOM % 10000)) pids=() rc=0 log hosts=() locals=() h=0 k l
+  for k in ${layout//,/ }; do
+    for l in $(seq 0 $((k - 1))); do hosts+=("$h"); locals+=("$l"); done
+    h=$((h + 1))
+  done
+  local world=${#hosts[@]}
   log=$(mktemp)
-  echo "== $op: $hosts hosts x $k ranks, $bytes bytes per rank $*"
+  echo "== $op: ranks per host $layout, $bytes bytes per rank $*"
   for r in $(seq 0 $((world - 1))); do
-    local h=$((r / k))
-    ip netns exec "$prefix-h$((h + 1))" env "$@" RANK=$r WORLD_SIZE=$world LOCAL_RANK=$((r % k)) \
+    local h=${hosts[$r]}
+    ip netns exec "$prefix-h$((h + 1))" env "$@" RANK=$r WORLD_SIZE=$world LOCAL_RANK=${locals[$r]} \
       MASTER_ADDR=10.79.0.11 MASTER_PORT=$port RDMACOLL_HOST_ID="host$h" RDMACOLL_TIMEOUT_S=60 \
       UCX_TLS=tcp UCX_NET_DEVICES=eth0 UCX_WARN_UNUSED_ENV_VARS=n \
       timeout -k 5 120 "$prog" "$bytes" "$op" >>"$log" 2>&1 &
@@ -57,6 +62,12 @@ run() {
   rm -f "$log"
   if [ $rc -ne 0 ]; then echo "FAILED"; failures=$((failures + 1)); fi
 }
+# run HOSTS RANKS_PER_HOST BYTES [VAR=VALUE...]: the same ranks on every host.
+run() {
+  local layout=$2 i
+  for i in $(seq 2 "$1"); do layout="$layout,$2"; done
+  run_layout "$layout" "${@:3}"
+}
 
 run 2 2 65536
 run 2 2 65536 RDMACOLL_TOPOLOGY=flat RDMACOLL_ALGO=rd
@@ -65,6 +76,12 @@ run 2 2 1048576 RDMACOLL_ALGO=ring
 run 2 2 4096 RDMACOLL_ALGO=bruck
 run 3 1 1048576
 run 3 2 8192
+# Uneven layouts: the two-level schedule sends the minimum off-host bytes (3 x 2: 4 chunks per
+# host where the flat Bruck sends 10; 1 + 1 + 1 + 3 likewise), checked against the simulator.
+run 3 2 65536
+run_layout 1,1,1,3 65536
+run_layout 1,1,1,3 1048576
+run_layout 3,1,2 65536 RDMACOLL_ALGO=two_level
 OP=reduce_scatter run 2 2 65536
 OP=reduce_scatter run 3 2 8192
 OP=reduce_scatter run 2 1 65536

@@ -10,16 +10,17 @@
 #include <numeric>
 #include <random>
 
+#include "rdmacoll/errors.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll::schedule {
 namespace {
 
-void simulate(Algorithm a, const std::vector<int>& order) {
+void simulate(Algorithm a, const std::vector<int>& order, const std::vector<int>& host_of = {}) {
   const int p = static_cast<int>(order.size());
   std::vector<Schedule> all;
   for (int r = 0; r < p; ++r)
-    all.push_back(make_schedule(a, order, r));
+    all.push_back(make_schedule(a, order, r, host_of));
   size_t steps = all[0].steps.size();
   for (const auto& s : all)
     ASSERT_EQ(s.steps.size(), steps) << "ranks disagree on step count";
@@ -87,6 +88,50 @@ TEST(Schedule, EveryAlgorithmEveryGroupSize) {
       simulate(Algorithm::Direct, order);
     }
   }
+}
+
+// Random layouts of 1..8 hosts with 1..5 ranks each, hosts' ranks interleaved in group rank
+// order (as new_group can make them): every chunk lands once, only held chunks are forwarded,
+// the leaders alone cross hosts.
+TEST(Schedule, TwoLevelOnRandomLayouts) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int hosts = 1 + static_cast<int>(rng() % 8);
+    std::vector<int> host_of;
+    for (int h = 0; h < hosts; ++h) {
+      const int k = 1 + static_cast<int>(rng() % 5);
+      host_of.insert(host_of.end(), k, h);
+    }
+    if (trial % 2) std::shuffle(host_of.begin(), host_of.end(), rng);
+    // Host indices by first appearance, as topology::layout_of numbers them.
+    std::vector<int> seen(hosts, -1);
+    int next = 0;
+    for (int& h : host_of) {
+      if (seen[h] < 0) seen[h] = next++;
+      h = seen[h];
+    }
+    const int p = static_cast<int>(host_of.size());
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", p=" + std::to_string(p));
+    simulate(Algorithm::TwoLevel, identity(p), host_of);
+    for (int r = 0; r < p; ++r) {
+      const Schedule s = two_level(host_of, r);
+      EXPECT_EQ(s.steps.size(), static_cast<size_t>(hosts + 1));
+      const bool leader =
+          std::find(host_of.begin(), host_of.end(), host_of[r]) - host_of.begin() == r;
+      for (const Step& st : s.steps) {
+        for (const Transfer& t : st.sends) {
+          if (host_of[t.peer] != host_of[r]) {
+            EXPECT_TRUE(leader) << "rank " << r << " crossed hosts";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedule, TwoLevelNeedsTheHosts) {
+  EXPECT_THROW(make_schedule(Algorithm::TwoLevel, identity(4), 0), InvalidArgument);
+  EXPECT_EQ(parse_algorithm("two_level"), Algorithm::TwoLevel);
 }
 
 TEST(Schedule, RecursiveDoublingRejectsNonPowerOfTwo) {

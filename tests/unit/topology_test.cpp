@@ -114,6 +114,46 @@ TEST(Simulator, RandomLayoutsNeverBeatTheMinimum) {
   }
 }
 
+// The two-level schedule sends (p - k of the next host) chunks off each host: (h - 1) p in all,
+// the least any schedule can (each host receives p - k_h). Where that beats the flat pick the
+// selector takes it: 3 x 2 (Bruck 10 chunks per host, two-level 4) and 1 + 1 + 1 + 3; a power-of-
+// two uniform layout keeps recursive doubling, which already meets the minimum in fewer steps.
+TEST(Simulator, TwoLevelSendsTheMinimumOffHost) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 64);
+    const int hosts = 1 + static_cast<int>(rng() % std::min(p, 8));
+    std::vector<std::string> names;
+    for (int r = 0; r < p; ++r)
+      names.push_back(std::string("h") + std::to_string(rng() % hosts));
+    const auto l = topology::layout_of(names);
+    const auto two =
+        schedule::simulate(Algorithm::TwoLevel, l.host_of, topology::interleaved_order(l), 1);
+    EXPECT_EQ(two.total_offhost, static_cast<uint64_t>(l.hosts - 1) * p) << trial;
+    for (Algorithm a : {Algorithm::Bruck, Algorithm::Ring, Algorithm::Direct}) {
+      const auto& order =
+          a == Algorithm::Ring ? topology::host_major_order(l) : topology::interleaved_order(l);
+      EXPECT_LE(two.total_offhost, schedule::simulate(a, l.host_of, order, 1).total_offhost);
+    }
+  }
+  const auto l = topology::layout_of(host_major_names(3, 2));
+  const auto order = topology::interleaved_order(l);
+  EXPECT_EQ(schedule::simulate(Algorithm::Bruck, l.host_of, order, 1).offhost_bytes[0], 10u);
+  EXPECT_EQ(schedule::simulate(Algorithm::TwoLevel, l.host_of, order, 1).offhost_bytes[0], 4u);
+  EXPECT_TRUE(schedule::two_level_sends_less(Algorithm::Bruck, l.host_of, order));
+  EXPECT_TRUE(
+      schedule::two_level_sends_less(Algorithm::Ring, l.host_of, topology::host_major_order(l)));
+  const auto uneven = topology::layout_of({"a", "b", "c", "d", "d", "d"});
+  EXPECT_TRUE(schedule::two_level_sends_less(Algorithm::Bruck, uneven.host_of,
+                                             topology::interleaved_order(uneven)));
+  const auto even = topology::layout_of(host_major_names(4, 2));
+  EXPECT_FALSE(schedule::two_level_sends_less(Algorithm::RecursiveDoubling, even.host_of,
+                                              topology::interleaved_order(even)));
+  const auto one_each = topology::layout_of(host_major_names(5, 1));  // no host to gather in
+  EXPECT_FALSE(schedule::two_level_sends_less(Algorithm::Bruck, one_each.host_of,
+                                              topology::interleaved_order(one_each)));
+}
+
 TEST(Selector, PicksByGroupSizeBytesAndHosts) {
   EXPECT_EQ(schedule::choose_algorithm(2, 8, 1), Algorithm::RecursiveDoubling);
   EXPECT_EQ(schedule::choose_algorithm(8, 8, 1), Algorithm::Direct);  // one host, <= 16 ranks
