@@ -9,6 +9,10 @@ failed=0
 echo "== rdma devices: $(ibv_devinfo -l 2>/dev/null | tr -s '\n' ' ')"
 echo "== verbs_tests"
 ./tests/verbs_tests --gtest_color=no || failed=$((failed + 1))
+echo "== verbs_tests with writes striped over 2 QPs per peer in 64 KiB pieces"
+RDMACOLL_IB_QPS_PER_PEER=2 RDMACOLL_IB_CHUNK=65536 ./tests/verbs_tests --gtest_color=no \
+  --gtest_filter='*VerbsGroupSize.*:Verbs.PerCallCounters:Verbs.AllReduceSmallAndLarge:Verbs.ReduceScatterAndBroadcast:Verbs.AllReduceRoundsHitTheRegistrationCache' ||
+  failed=$((failed + 1))
 echo "== fabric settings: logged at info, overrides honoured, bad ones refused"
 out=$(RDMACOLL_IB_TC=106 ./rdmacoll-run -n 2 ./example_all_gather_flat 2>&1)
 echo "$out" | grep "verbs: rxe" | head -2
