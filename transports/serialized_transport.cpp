@@ -159,6 +159,10 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->bytes_written_to(peer);
   }
+  uint64_t control_messages_sent() const override {
+    std::lock_guard lock(mu_);
+    return inner_->control_messages_sent();
+  }
   std::optional<std::string> peer_failure(int peer) override {
     std::lock_guard lock(mu_);
     return inner_->peer_failure(peer);

@@ -198,6 +198,10 @@ class Transport {
   // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
   virtual uint64_t doorbells_rung() const { return doorbells_; }
 
+  // Control messages this process has sent with send() (descriptors, acks): what the scale
+  // benchmark reports per rank per call.
+  virtual uint64_t control_messages_sent() const { return control_messages_; }
+
   // Data bytes this process has written to `peer` with write() (not control messages).
   virtual uint64_t bytes_written_to(int peer) const {
     return peer >= 0 && static_cast<size_t>(peer) < bytes_to_.size() ? bytes_to_[peer] : 0;
@@ -210,6 +214,8 @@ class Transport {
     bytes_to_[peer] += bytes;
   }
   void count_doorbell() { ++doorbells_; }
+  // Implementations call this from send().
+  void count_control_message() { ++control_messages_; }
 
  public:
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
@@ -218,6 +224,7 @@ class Transport {
  private:
   std::vector<uint64_t> bytes_to_;
   uint64_t doorbells_ = 0;
+  uint64_t control_messages_ = 0;
 };
 
 // The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).

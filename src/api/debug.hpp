@@ -26,4 +26,7 @@ bool eager_slots_active(const Group& group = {});
 // Doorbells this process rang to wake a peer blocked on its eager slots.
 uint64_t doorbells_rung();
 
+// Control messages (descriptors, acks) this process has sent through the transport.
+uint64_t control_messages_sent();
+
 }  // namespace rdmacoll::detail

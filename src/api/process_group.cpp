@@ -216,8 +216,8 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
 // The settings every rank must share, as "NAME=value" lines (unset: empty).
 std::string shared_settings(const Context& ctx) {
   std::string out = "WORLD_SIZE=" + std::to_string(ctx.world_size) + "\n";
-  for (const char* name :
-       {"RDMACOLL_TRANSPORT", "RDMACOLL_EAGER_LIMIT", "RDMACOLL_ALGO", "RDMACOLL_TOPOLOGY"}) {
+  for (const char* name : {"RDMACOLL_TRANSPORT", "RDMACOLL_EAGER_LIMIT", "RDMACOLL_ALGO",
+                           "RDMACOLL_TOPOLOGY", "RDMACOLL_DESCRIPTORS"}) {
     const char* v = std::getenv(name);
     out += std::string(name) + "=" + (v ? v : "") + "\n";
   }
@@ -467,6 +467,7 @@ void init_process_group(const InitOptions& options) {
   // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
   (void)engine::eager_limit(2);
   (void)engine::forced_algorithm();
+  (void)engine::descriptor_exchange();
   (void)flat_topology();
   const auto deadline = transport::Clock::now() + ctx->timeout;
   if (options.store) {
@@ -591,6 +592,10 @@ bool eager_slots_active(const Group& group) {
 }
 uint64_t doorbells_rung() {
   return require_context("doorbells_rung").transport->doorbells_rung();
+}
+
+uint64_t control_messages_sent() {
+  return require_context("control_messages_sent").transport->control_messages_sent();
 }
 std::string host_of(int rank) {
   return require_context("host_of").placements.at(rank).host;

@@ -1,6 +1,9 @@
 #include "engine/call.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace rdmacoll::engine {
 
@@ -31,6 +34,18 @@ CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllG
   d.in_numel = static_cast<uint64_t>(a.in_numel);
   d.out_numel = static_cast<uint64_t>(a.out_numel);
   return d;
+}
+
+DescriptorExchange descriptor_exchange() {
+  static const DescriptorExchange mode = [] {
+    const char* v = std::getenv("RDMACOLL_DESCRIPTORS");
+    const std::string s = v ? v : "auto";
+    if (s == "auto" || s.empty()) return DescriptorExchange::Auto;
+    if (s == "direct") return DescriptorExchange::Direct;
+    if (s == "bruck") return DescriptorExchange::Bruck;
+    throw InvalidArgument("RDMACOLL_DESCRIPTORS: expected auto, direct or bruck, got '" + s + "'");
+  }();
+  return mode;
 }
 
 namespace {
@@ -121,6 +136,90 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
 }
 
+// Round k of Bruck's all-gather carries min(2^k, p - 2^k) descriptors: the exchange needs the
+// largest round to fit one control message.
+size_t bruck_largest_round(int p) {
+  size_t most = 0;
+  for (int d = 1; d < p; d <<= 1)
+    most = std::max(most, static_cast<size_t>(std::min(d, p - d)));
+  return most;
+}
+
+// Across hosts the descriptors travel Bruck's all-gather: ceil(log2 p) messages per rank and
+// call, where the direct round sends p - 1 (at 1024 ranks an 8-byte call sent 1023 per rank).
+// On one host the direct round stays: its messages are parallel copies through shared memory
+// with no chain of dependent rounds, and after the group's first calls the eager slots replace
+// them. Every rank decides alike (group size, hosts, the transport's message limit).
+bool use_bruck(const transport::Transport& t, const GroupState& g, size_t capacity) {
+  const int p = g.size();
+  const DescriptorExchange mode = descriptor_exchange();
+  if (p <= 2 || mode == DescriptorExchange::Direct) return false;
+  if (mode == DescriptorExchange::Auto && g.hosts <= 1) return false;
+  return bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes();
+}
+
+// Bruck's all-gather of the serialized descriptors: at round k (d = 2^k) a rank sends the d
+// descriptors it holds, its own and the next ranks', to rank - d, each as a 4-byte length and
+// the bytes, and receives those of rank + d onwards from rank + d. A message that does not
+// parse (a length past its end or past the descriptor limit) fails the call.
+void exchange_bruck(transport::Transport& t, GroupState& g, Call& call, size_t capacity) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  s.incoming.assign(p, nullptr);
+  s.incoming_lengths.assign(p, 0);
+  s.incoming[g.rank] = s.send.data();
+  s.incoming_lengths[g.rank] = s.send.size();
+  s.round_receive.resize(bruck_largest_round(p) * (capacity + 4));
+  int round = 0;
+  for (int d = 1; d < p; d <<= 1, ++round) {
+    const int n = std::min(d, p - d);
+    const int to = (g.rank - d + p) % p;
+    const int from = (g.rank + d) % p;
+    if (s.round_send.size() <= static_cast<size_t>(round)) s.round_send.emplace_back();
+    std::vector<uint8_t>& out = s.round_send[round];
+    out.clear();
+    for (int i = 0; i < n; ++i) {
+      const int r = (g.rank + i) % p;
+      const uint32_t len = static_cast<uint32_t>(s.incoming_lengths[r]);
+      const uint8_t* l = reinterpret_cast<const uint8_t*>(&len);
+      out.insert(out.end(), l, l + 4);
+      out.insert(out.end(), s.incoming[r], s.incoming[r] + len);
+    }
+    const size_t recv_at = call.recvs().size();
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(call.global(from),
+                                            make_tag(TagKind::Descriptor, g.id, call.seq(), from),
+                                            s.round_receive.data(), s.round_receive.size());
+                            }),
+                            from, Pending::Kind::Descriptor});
+    RequestPtr req = call.guarded([&] {
+      return t.send(call.global(to), make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank),
+                    out.data(), out.size());
+    });
+    if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
+    call.wait(call.recvs(), recv_at, recv_at + 1);
+    const size_t got = call.recvs()[recv_at].req->length();
+    size_t at = 0;
+    for (int i = 0; i < n; ++i) {
+      const int r = (from + i) % p;
+      uint32_t len = 0;
+      if (at + 4 <= got) std::memcpy(&len, s.round_receive.data() + at, 4);
+      if (at + 4 > got || len > capacity || at + 4 + len > got) {
+        throw TransportError(call.where() + ": malformed descriptor round from rank " +
+                             std::to_string(call.global(from)) + " (" + std::to_string(got) +
+                             " bytes for " + std::to_string(n) + " descriptors)");
+      }
+      std::memcpy(s.receive[r].data(), s.round_receive.data() + at + 4, len);  // capacity long
+      s.incoming[r] = s.receive[r].data();
+      s.incoming_lengths[r] = len;
+      at += 4 + len;
+    }
+  }
+  call.wait(call.sends(), 0, call.sends().size());
+  call.sends().clear();
+  call.recvs().clear();
+}
+
 }  // namespace
 
 const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
@@ -142,6 +241,13 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   }
   s.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
+  if (use_bruck(t, g, capacity)) {
+    exchange_bruck(t, g, call, capacity);
+    const auto& all =
+        parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+    s.slots.advance(t, g.members, g.rank, all);
+    return all;
+  }
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);

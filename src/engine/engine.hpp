@@ -99,5 +99,9 @@ schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<in
                                      const std::vector<int>& ring_order);
 // The algorithm RDMACOLL_ALGO names, or nullopt for auto.
 const std::optional<schedule::Algorithm>& forced_algorithm();
+// RDMACOLL_DESCRIPTORS: how a call's descriptors travel when no eager slots carry them. Auto:
+// Bruck's log-p all-gather across hosts, the direct round of p - 1 messages on one host.
+enum class DescriptorExchange { Auto, Direct, Bruck };
+DescriptorExchange descriptor_exchange();  // read once; InvalidArgument on a bad value
 
 }  // namespace rdmacoll::engine

@@ -340,6 +340,7 @@ class UcxTransport final : public Transport {
 
   RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
     auto req = std::make_shared<UcxRequest>(this, peer);
+    count_control_message();
     // Small messages usually leave at once (UCX copies them into the shared-memory FIFO or
     // the socket buffer); only when UCX must keep the buffer do we make our own copy.
     ucp_request_param_t imm{};

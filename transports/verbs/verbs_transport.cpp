@@ -519,6 +519,7 @@ class VerbsTransport final : public Transport {
 
   RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
     auto req = std::make_shared<VerbsRequest>(peer);
+    count_control_message();
     if (length + 8 > kCtrlBytes) {
       req->fail("control message of " + std::to_string(length) + " bytes exceeds " +
                 std::to_string(kCtrlBytes - 8));
