@@ -147,6 +147,10 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->counters();
   }
+  Footprint footprint() const override {
+    std::lock_guard lock(mu_);
+    return inner_->footprint();
+  }
   uint64_t registrations() const override {
     std::lock_guard lock(mu_);
     return inner_->registrations();

@@ -195,6 +195,15 @@ class Transport {
   };
   virtual Counters counters() const { return {}; }
 
+  // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
+  // entries; zero where the library below owns them, as in UCX).
+  struct Footprint {
+    uint64_t queue_pairs = 0;
+    uint64_t pinned_control_bytes = 0;
+    uint64_t cq_entries = 0;
+  };
+  virtual Footprint footprint() const { return {}; }
+
   // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
   virtual uint64_t doorbells_rung() const { return doorbells_; }
 

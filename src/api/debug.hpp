@@ -14,6 +14,9 @@ uint64_t memory_registrations();
 // The transport's work counters (transport::Transport::Counters), as "name=value ..." text.
 std::string transport_counters();
 
+// The transport's footprint (transport::Transport::Footprint), as "name=value ..." text.
+std::string transport_footprint();
+
 // Data bytes this process has written to global rank `peer` (the transport's counter).
 uint64_t bytes_written_to(int peer);
 

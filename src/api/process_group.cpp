@@ -594,6 +594,14 @@ uint64_t doorbells_rung() {
   return require_context("doorbells_rung").transport->doorbells_rung();
 }
 
+std::string transport_footprint() {
+  const auto f = require_context("transport_footprint").transport->footprint();
+  std::ostringstream os;
+  os << "queue_pairs=" << f.queue_pairs << " pinned_control_bytes=" << f.pinned_control_bytes
+     << " cq_entries=" << f.cq_entries;
+  return os.str();
+}
+
 uint64_t control_messages_sent() {
   return require_context("control_messages_sent").transport->control_messages_sent();
 }

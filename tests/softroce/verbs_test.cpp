@@ -16,6 +16,7 @@
 #include "api/debug.hpp"
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
+#include "transports/verbs/footprint.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -207,6 +208,25 @@ TEST(Verbs, QpsPerPeerMismatchIsRefusedOnEveryRank) {
                                  "set RDMACOLL_IB_QPS_PER_PEER the same on every rank");
       },
       opt));
+}
+
+// The live transport holds what the footprint plan says (transports/verbs/footprint.hpp): one
+// QP per peer (and lane), the shared receives plus 8 send buffers per peer, the CQ it sized.
+TEST(Verbs, FootprintMatchesThePlan) {
+  for (int world : {2, 4}) {
+    expect_all_ok(run_ranks(world, [](int, int p) {
+      require_verbs();
+      const auto want = transport::verbs_plan::plan(static_cast<uint64_t>(p - 1), 1);
+      std::ostringstream expected;
+      expected << "queue_pairs=" << want.queue_pairs
+               << " pinned_control_bytes=" << want.pinned_control_bytes
+               << " cq_entries=" << want.cq_entries;
+      const std::string live = detail::transport_footprint();
+      std::printf("%d ranks: %s\n", p, live.c_str());
+      RANK_CHECK(live == expected.str(), "footprint " << live << ", plan " << expected.str());
+      gather_and_check({}, 1001, DType::Float32, DType::Float32, false);
+    }));
+  }
 }
 
 TEST(Verbs, Subgroup) {

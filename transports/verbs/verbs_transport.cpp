@@ -28,15 +28,17 @@
 #include "rdmacoll/errors.hpp"
 #include "transports/peer_liveness.hpp"
 #include "transports/verbs/fabric.hpp"
+#include "transports/verbs/footprint.hpp"
 #include "transports/verbs/mr_cache.hpp"
 
 namespace rdmacoll::transport {
 
 namespace {
 
-constexpr int kRecvDepth = 32;  // pre-posted receives per peer (descriptors + write immediates)
-constexpr int kSendDepth = 64;  // send work requests in flight per peer
-constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
+using verbs_plan::kCtrlBytes;
+using verbs_plan::kSendBuffers;
+using verbs_plan::kSendDepth;
+using verbs_plan::kSrqDepth;
 constexpr size_t kMaxWrite = size_t{1} << 30;
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
 // inside the work request (no DMA read of a send buffer) where the device offers it; work
@@ -396,6 +398,7 @@ class VerbsTransport final : public Transport {
         if (lane.qp) ibv_destroy_qp(lane.qp);
       }
     }
+    if (srq_) ibv_destroy_srq(srq_);
     if (cq_) {
       if (unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
       ibv_destroy_cq(cq_);
@@ -417,14 +420,20 @@ class VerbsTransport final : public Transport {
   Bytes address(int my_rank, int world_size) override {
     me_ = my_rank;
     world_ = world_size;
-    const int peers = std::max(world_size - 1, 1);
+    const uint64_t peers = static_cast<uint64_t>(std::max(world_size - 1, 0));
     // Ranks of a host spread their completion interrupts over the device's vectors.
     const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
-    cq_ = ibv_create_cq(ctx_, peers * lanes_ * (kRecvDepth + kSendDepth) + 16, nullptr, channel_,
-                        vector);
+    plan_ = verbs_plan::plan(peers, static_cast<uint64_t>(lanes_));
+    cq_ = ibv_create_cq(ctx_, static_cast<int>(plan_.cq_entries), nullptr, channel_, vector);
     if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
-    // One registered pool for control buffers: receives then sends, per peer.
-    ctrl_pool_.assign(static_cast<size_t>(world_size) * (kRecvDepth + kSendDepth) * kCtrlBytes, 0);
+    // Every QP takes its receives from one shared queue, as UCX's RC transports do.
+    ibv_srq_init_attr srq_attr{};
+    srq_attr.attr.max_wr = kSrqDepth;
+    srq_attr.attr.max_sge = 1;
+    srq_ = ibv_create_srq(pd_, &srq_attr);
+    if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
+    // One registered pool for control buffers: the shared receives, then each peer's sends.
+    ctrl_pool_.assign(plan_.pinned_control_bytes, 0);
     ctrl_mr_ = std::make_unique<MrEntry>();
     constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
     ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
@@ -443,12 +452,15 @@ class VerbsTransport final : public Transport {
     for (int r = 0; r < world_size; ++r) {
       if (r != my_rank) {
         peers_[r].lanes.resize(lanes);
-        for (int s = 0; s < kSendDepth; ++s)
+        for (int s = 0; s < kSendBuffers; ++s)
           peers_[r].free_send.push_back(s);
       }
       for (size_t l = 0; l < lanes; ++l) {
         uint32_t qpn = 0;
-        if (r != my_rank) qpn = create_qp(peers_[r].lanes[l]);
+        if (r != my_rank) {
+          qpn = create_qp(peers_[r].lanes[l]);
+          lane_of_qpn_[qpn] = {r, static_cast<int>(l)};
+        }
         std::memcpy(wire.data() + sizeof info + 4 * (r * lanes + l), &qpn, 4);
       }
     }
@@ -491,10 +503,10 @@ class VerbsTransport final : public Transport {
         uint32_t their_qpn = 0;
         std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * (my_rank * lanes + l), 4);
         bring_up(r, static_cast<int>(l), info, their_qpn);
-        for (int s = 0; s < kRecvDepth; ++s)
-          post_recv(r, static_cast<int>(l), s);
       }
     }
+    for (int s = 0; s < kSrqDepth; ++s)
+      post_recv(s);
     liveness_.reset(hosts);
     for (int r = 0; r < world_; ++r) {
       if (r == my_rank) continue;
@@ -696,6 +708,9 @@ class VerbsTransport final : public Transport {
 
   uint64_t registrations() const override { return cache_->stats().registrations; }
   Counters counters() const override { return counters_; }
+  Footprint footprint() const override {
+    return {plan_.queue_pairs, ctrl_mr_ ? ctrl_pool_.size() : 0, plan_.cq_entries};
+  }
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;
@@ -747,10 +762,9 @@ class VerbsTransport final : public Transport {
     a.send_cq = cq_;
     a.recv_cq = cq_;
     a.qp_type = IBV_QPT_RC;
+    a.srq = srq_;
     a.cap.max_send_wr = kSendDepth;
-    a.cap.max_recv_wr = kRecvDepth;
     a.cap.max_send_sge = 1;
-    a.cap.max_recv_sge = 1;
     a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
     lane.qp = ibv_create_qp(pd_, &a);
     if (!lane.qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
@@ -857,11 +871,14 @@ class VerbsTransport final : public Transport {
         reinterpret_cast<uintptr_t>(event->vm_unmapped.address), event->vm_unmapped.size);
   }
 
-  uint8_t* recv_buffer(int peer, int slot) {
-    return ctrl_pool_.data() +
-           (static_cast<size_t>(peer) * (kRecvDepth + kSendDepth) + slot) * kCtrlBytes;
+  uint8_t* recv_buffer(int slot) {
+    return ctrl_pool_.data() + static_cast<size_t>(slot) * kCtrlBytes;
   }
-  uint8_t* send_buffer(int peer, int slot) { return recv_buffer(peer, kRecvDepth + slot); }
+  // Peer r's send buffers follow the shared receives (our own rank has none).
+  uint8_t* send_buffer(int peer, int slot) {
+    const size_t index = static_cast<size_t>(peer < me_ ? peer : peer - 1);
+    return recv_buffer(kSrqDepth + static_cast<int>(index) * kSendBuffers + slot);
+  }
 
   void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn) {
     ibv_qp* qp = peers_[r].lanes[lane].qp;
@@ -917,18 +934,19 @@ class VerbsTransport final : public Transport {
     }
   }
 
-  // Lane 0's receives take control messages into the pool; the other lanes only see write
-  // immediates, which consume a receive but no buffer.
-  void post_recv(int peer, int lane, int slot) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(peer, slot)), kCtrlBytes,
-                ctrl_mr_->mr->lkey};
+  // A shared receive: a control message from any peer, or any lane's write immediate. The
+  // completion names the QP (wc.qp_num), hence the peer and lane.
+  void post_recv(int slot) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(slot)), kCtrlBytes, ctrl_mr_->mr->lkey};
     ibv_recv_wr wr{};
     ibv_recv_wr* bad = nullptr;
-    wr.wr_id = make_wr_id(kRecvWr, peer, slot, static_cast<uint32_t>(lane));
-    wr.sg_list = lane == 0 ? &sge : nullptr;
-    wr.num_sge = lane == 0 ? 1 : 0;
-    if (const int e = ibv_post_recv(peers_[peer].lanes[lane].qp, &wr, &bad)) {
-      mark_failed(peer, "ibv_post_recv failed: " + errno_text(e));
+    wr.wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slot));
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (const int e = ibv_post_srq_recv(srq_, &wr, &bad)) {
+      for (int r = 0; r < world_; ++r) {
+        if (r != me_) mark_failed(r, "ibv_post_srq_recv failed: " + errno_text(e));
+      }
     }
   }
 
@@ -1057,17 +1075,42 @@ class VerbsTransport final : public Transport {
 
   void handle(const ibv_wc& wc) {
     const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
-    const int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
-    const int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
+    int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
+    int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
     const uint32_t id = static_cast<uint32_t>(wc.wr_id);
+    if (kind == kRecvWr) {
+      // A shared receive: the QP it arrived on says from whom. Its slot goes back to the
+      // shared queue whatever happened to the message.
+      struct Repost {
+        VerbsTransport* self;
+        int slot;
+        ~Repost() { self->post_recv(slot); }
+      } repost{this, static_cast<int>(id)};
+      const auto from = lane_of_qpn_.find(wc.qp_num);
+      if (from == lane_of_qpn_.end()) return;
+      peer = from->second.first;
+      lane = from->second.second;
+      if (wc.status != IBV_WC_SUCCESS) {
+        mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
+                              "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
+                              " QP from rank " + std::to_string(peer));
+        return;
+      }
+      handle_receive(wc, peer, lane, id);
+      return;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
       mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                             "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
                             " QP to rank " + std::to_string(peer));
-      if (kind != kRecvWr) complete_through(peer, lane, id, false);
+      complete_through(peer, lane, id, false);
       return;
     }
-    if (kind == kRecvWr) {
+    complete_through(peer, lane, id, true);
+  }
+
+  void handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
+    {
       if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         const auto key = std::make_pair(peer, ntohl(wc.imm_data));
         auto it = expects_.find(key);
@@ -1077,12 +1120,12 @@ class VerbsTransport final : public Transport {
           it->second.request->complete();
           expects_.erase(it);
         }
-      } else if (lane != 0) {  // only lane 0 has buffers for control messages
+      } else if (lane != 0) {  // control messages travel on lane 0 only
         mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
                               std::to_string(lane));
         return;
       } else {
-        const uint8_t* buf = recv_buffer(peer, static_cast<int>(id));
+        const uint8_t* buf = recv_buffer(static_cast<int>(slot));
         uint64_t tag = 0;
         std::memcpy(&tag, buf, 8);
         const std::span<const uint8_t> payload(buf + 8, std::max<uint32_t>(wc.byte_len, 8) - 8);
@@ -1095,10 +1138,7 @@ class VerbsTransport final : public Transport {
           unexpected_[key] = Bytes(payload.begin(), payload.end());
         }
       }
-      post_recv(peer, lane, static_cast<int>(id));
-      return;
     }
-    complete_through(peer, lane, id, true);
   }
 
   // A completion for request `id`'s work request on `peer`'s QP: RC completes in order, so it
@@ -1175,7 +1215,8 @@ class VerbsTransport final : public Transport {
       const bool our_port_down =
           ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == choice_.port;
       const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
-      if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost) {
+      const bool our_srq_lost = ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq_;
+      if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost || our_srq_lost) {
         for (int r = 0; r < world_; ++r) {
           if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
         }
@@ -1199,6 +1240,9 @@ class VerbsTransport final : public Transport {
   std::vector<uint8_t> ctrl_pool_;
   std::unique_ptr<MrEntry> ctrl_mr_;
   std::vector<Peer> peers_;
+  ibv_srq* srq_ = nullptr;
+  std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
+  verbs_plan::Footprint plan_{};
   PeerLiveness liveness_;
   uint32_t next_id_ = 1;
   std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
