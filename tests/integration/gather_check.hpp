@@ -75,6 +75,22 @@ void expect_throw_with(const std::function<void()>& f, const std::string& needle
   RANK_CHECK(false, "no exception; expected one mentioning '" << needle << "'");
 }
 
+// For a rank whose peer leaves the job while it waits: depending on which comes first, the
+// transport notices the peer gone (PeerFailure) or the call's deadline passes (Timeout). Both
+// are the error the rank must get; any other type, or no exception, fails the test.
+inline void expect_peer_failure_or_timeout(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const PeerFailure&) {
+    return;
+  } catch (const Timeout&) {
+    return;
+  } catch (const std::exception& e) {
+    RANK_CHECK(false, "wrong exception type: " << e.what());
+  }
+  RANK_CHECK(false, "no exception; expected PeerFailure or Timeout");
+}
+
 // Fills `in` with rank `rank`'s values for iteration `iter`.
 inline void fill_input(Tensor& in, int rank, int iter) {
   for (int64_t i = 0; i < in.numel(); ++i)

@@ -21,6 +21,7 @@ namespace rdmacoll {
 namespace {
 
 using testing::expect_all_ok;
+using testing::expect_peer_failure_or_timeout;
 using testing::expect_throw_with;
 using testing::run_ranks;
 using namespace std::chrono_literals;
@@ -276,9 +277,11 @@ TEST(Hardening, RanksThatMadeDifferentGroupsRaiseInsteadOfMixingResults) {
           t.set(i, 100.0 * (rank + 1));
         // Over UCX's TCP transport rank 2's one-way first message does not reach rank 0
         // within the timeout (noted on the issue): rank 0 times out there, still unharmed.
+        // Rank 1 leaves the job when its destroy_process_group gives up, at about the same
+        // time: rank 0 may see that first (PeerFailure; CI saw it with Bruck descriptors).
         const char* tls = std::getenv("UCX_TLS");
         if (rank == 0 && tls && std::string(tls) == "tcp") {
-          expect_throw_with<Timeout>([&] { all_reduce(t, ReduceOp::Sum, g); }, "");
+          expect_peer_failure_or_timeout([&] { all_reduce(t, ReduceOp::Sum, g); });
           for (int i = 0; i < 4; ++i)
             RANK_CHECK(t.item(i) == 100.0, "element " << i << " was written: " << t.item(i));
         } else if (rank == 0) {
