@@ -2,13 +2,144 @@
 // the shared receive queue the pinned control memory per connected peer is 8 send buffers
 // (32 KiB), where each peer used to cost 32 receive and 64 send buffers (394 KB); the shared
 // part does not grow with p. The SoftRoCE suite checks the live transport reports this plan.
+// With the connection plan (src/schedule/connection_plan.hpp) as the peers a rank connects,
+// the footprint grows as log p for recursive doubling and stays flat for the ring.
 
 #include "transports/verbs/footprint.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "schedule/binomial_tree.hpp"
+#include "schedule/connection_plan.hpp"
+
 namespace rdmacoll::transport::verbs_plan {
 namespace {
+
+using schedule::Algorithm;
+using schedule::connection_plan;
+using schedule::DescriptorPeers;
+using schedule::GroupPlan;
+
+int ceil_log2(int p) {
+  int k = 0;
+  while ((1 << k) < p)
+    ++k;
+  return k;
+}
+
+std::vector<int> identity(int p) {
+  std::vector<int> order(p);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+// A few ranks of each size: the first, the last, and two in between.
+std::vector<int> sample_ranks(int p) {
+  return {0, p / 3, p / 2, p - 1};
+}
+
+std::vector<int> sizes_up_to_4096() {
+  std::vector<int> v;
+  for (int p = 2; p <= 4096; p *= 2)
+    v.push_back(p);
+  for (int p : {3, 5, 6, 7, 12, 100, 1000, 1023, 4095})
+    v.push_back(p);
+  return v;
+}
+
+TEST(ConnectionPlan, BroadcastPeersAreTheTreesOfEveryRoot) {
+  for (int p = 2; p <= 33; ++p) {
+    for (int rank = 0; rank < p; ++rank) {
+      std::vector<int> want;
+      for (int root = 0; root < p; ++root) {
+        const schedule::TreeNode n = schedule::binomial_tree(p, root, rank);
+        if (n.parent >= 0) want.push_back(n.parent);
+        want.insert(want.end(), n.children.begin(), n.children.end());
+      }
+      std::sort(want.begin(), want.end());
+      want.erase(std::unique(want.begin(), want.end()), want.end());
+      EXPECT_EQ(schedule::broadcast_peers(p, rank), want) << p << " ranks, rank " << rank;
+    }
+  }
+}
+
+TEST(ConnectionPlan, RecursiveDoublingConnectsLog2PAndTheRingTwo) {
+  for (int p : sizes_up_to_4096()) {
+    for (int rank : sample_ranks(p)) {
+      const std::vector<int> ring = connection_plan(
+          {Algorithm::Ring, true, false, DescriptorPeers::Schedule}, identity(p), rank);
+      const std::vector<int> want_ring =
+          p == 2 ? std::vector<int>{1 - rank}
+                 : std::vector<int>{std::min((rank + 1) % p, (rank + p - 1) % p),
+                                    std::max((rank + 1) % p, (rank + p - 1) % p)};
+      EXPECT_EQ(ring, want_ring) << p << " ranks, rank " << rank;
+      if (!schedule::is_power_of_two(p)) continue;
+      const std::vector<int> rd =
+          connection_plan({Algorithm::RecursiveDoubling, true, false, DescriptorPeers::Schedule},
+                          identity(p), rank);
+      std::vector<int> want_rd;
+      for (int d = 1; d < p; d <<= 1)
+        want_rd.push_back(rank ^ d);
+      std::sort(want_rd.begin(), want_rd.end());
+      want_rd.insert(want_rd.end(), ring.begin(), ring.end());  // the ring reduce-scatter
+      std::sort(want_rd.begin(), want_rd.end());
+      want_rd.erase(std::unique(want_rd.begin(), want_rd.end()), want_rd.end());
+      EXPECT_EQ(rd, want_rd) << p << " ranks, rank " << rank;
+    }
+  }
+}
+
+// The assertion: from p = 2 to 4096 the footprint of the planned connections grows at
+// most as log p for recursive doubling (with Bruck descriptors and broadcasts: rank xor 2^k,
+// rank +- 2^k and the ring's two neighbours) and not at all for the ring; the direct descriptor
+// round, which the verbs transport still runs, connects every peer.
+TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) {
+  const Footprint ring_at_4 = plan(2, 1);
+  for (int p : sizes_up_to_4096()) {
+    const uint64_t log_p = static_cast<uint64_t>(ceil_log2(p));
+    for (int rank : sample_ranks(p)) {
+      const auto ring = connection_plan({Algorithm::Ring, true, false, DescriptorPeers::Schedule},
+                                        identity(p), rank);
+      const Footprint fr = plan(ring.size(), 1);
+      EXPECT_LE(fr.queue_pairs, ring_at_4.queue_pairs) << p << " ranks";
+      EXPECT_LE(fr.pinned_control_bytes, ring_at_4.pinned_control_bytes) << p << " ranks";
+      EXPECT_LE(fr.cq_entries, ring_at_4.cq_entries) << p << " ranks";
+      if (!schedule::is_power_of_two(p)) continue;
+      const auto rd = connection_plan(
+          {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::Bruck}, identity(p), rank);
+      const uint64_t bound = 3 * log_p + 2;  // xor 2^k, +- 2^k, the ring's neighbours
+      EXPECT_LE(rd.size(), bound) << p << " ranks, rank " << rank;
+      const Footprint f = plan(rd.size(), 1);
+      EXPECT_LE(f.queue_pairs, bound) << p << " ranks";
+      EXPECT_LE(f.pinned_control_bytes, plan(bound, 1).pinned_control_bytes) << p << " ranks";
+      EXPECT_LE(f.cq_entries, plan(bound, 1).cq_entries) << p << " ranks";
+      const auto every = connection_plan(
+          {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::Every}, identity(p), rank);
+      EXPECT_EQ(every.size(), static_cast<size_t>(p - 1)) << p << " ranks";
+    }
+  }
+  // The figures for the notes: one rank of 1024 and of 4096, recursive doubling with Bruck
+  // descriptors and broadcasts, against every peer connected.
+  for (int p : {1024, 4096}) {
+    const auto rd = connection_plan(
+        {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::Bruck}, identity(p), 5);
+    const Footprint planned = plan(rd.size(), 1);
+    const Footprint every = plan(static_cast<uint64_t>(p - 1), 1);
+    std::printf(
+        "p=%d: planned %zu peers, %llu pinned control bytes, %llu CQ entries; every peer: "
+        "%llu bytes, %llu CQ entries\n",
+        p, rd.size(), static_cast<unsigned long long>(planned.pinned_control_bytes),
+        static_cast<unsigned long long>(planned.cq_entries),
+        static_cast<unsigned long long>(every.pinned_control_bytes),
+        static_cast<unsigned long long>(every.cq_entries));
+    EXPECT_LT(planned.pinned_control_bytes * 10, every.pinned_control_bytes);
+  }
+}
 
 TEST(VerbsFootprintPlan, ControlMemoryPerPeerIsEightSendBuffers) {
   const Footprint none = plan(0, 1);
