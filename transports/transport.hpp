@@ -196,11 +196,13 @@ class Transport {
   virtual Counters counters() const { return {}; }
 
   // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
-  // entries; zero where the library below owns them, as in UCX).
+  // entries; zero where the library below owns them, as in UCX), and how many peers it has
+  // opened a connection to (verbs: every peer, at init; UCX: endpoints, on first use).
   struct Footprint {
     uint64_t queue_pairs = 0;
     uint64_t pinned_control_bytes = 0;
     uint64_t cq_entries = 0;
+    uint64_t connected_peers = 0;
   };
   virtual Footprint footprint() const { return {}; }
 

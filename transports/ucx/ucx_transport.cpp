@@ -447,16 +447,21 @@ class UcxTransport final : public Transport {
       send_notification(req);
       any = true;
     }
-    for (auto& slot : peers_) {
-      if (slot->failure && slot->ep && !slot->close_pending) {
-        slot->close_pending = true;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        void* r = ucp_ep_close_nbx(slot->ep, &p);
-        if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
-        slot->ep = nullptr;
-        any = true;
+    // Only after a peer was marked failed: a scan of every peer per progress() would cost O(p)
+    // on the hot path. (A failure marked during the scan sets the flag again.)
+    if (close_failed_) {
+      close_failed_ = false;
+      for (auto& slot : peers_) {
+        if (slot->failure && slot->ep && !slot->close_pending) {
+          slot->close_pending = true;
+          ucp_request_param_t p{};
+          p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+          p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+          void* r = ucp_ep_close_nbx(slot->ep, &p);
+          if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+          slot->ep = nullptr;
+          any = true;
+        }
       }
     }
     return any;
@@ -480,8 +485,18 @@ class UcxTransport final : public Transport {
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return std::nullopt;
     PeerSlot& slot = *peers_[peer];
-    if (!slot.failure) slot.failure = liveness_.failure(peer);
+    if (!slot.failure) {
+      slot.failure = liveness_.failure(peer);
+      if (slot.failure) close_failed_ = true;
+    }
     return slot.failure;
+  }
+
+  // UCX owns its endpoints' resources; what we report is how many we opened (on first use).
+  Footprint footprint() const override {
+    Footprint f;
+    f.connected_peers = endpoints_created_;
+    return f;
   }
 
   void flushed(UcxRequest* req, ucs_status_t status) {
@@ -519,12 +534,17 @@ class UcxTransport final : public Transport {
     p.err_mode = slot.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
       auto* s = static_cast<PeerSlot*>(arg);
+      s->owner->close_failed_ = true;
       s->failure =
           "connection to rank " + std::to_string(s->rank) + " failed (" + status_str(status) + ")";
     };
     p.err_handler.arg = &slot;
     check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
-    if (auto gone = liveness_.watch(peer)) slot.failure = gone;
+    ++endpoints_created_;
+    if (auto gone = liveness_.watch(peer)) {
+      slot.failure = gone;
+      close_failed_ = true;
+    }
     return slot.ep;
   }
 
@@ -622,6 +642,8 @@ class UcxTransport final : public Transport {
   }
 
   Protocol protocol_;
+  bool close_failed_ = false;  // a peer was marked failed: progress() closes its endpoint
+  uint64_t endpoints_created_ = 0;
   bool shm_;
   std::string rndv_thresh_;  // set by us, when not by the user
   ucp_context_h context_ = nullptr;

@@ -709,7 +709,8 @@ class VerbsTransport final : public Transport {
   uint64_t registrations() const override { return cache_->stats().registrations; }
   Counters counters() const override { return counters_; }
   Footprint footprint() const override {
-    return {plan_.queue_pairs, ctrl_mr_ ? ctrl_pool_.size() : 0, plan_.cq_entries};
+    return {plan_.queue_pairs, ctrl_mr_ ? ctrl_pool_.size() : 0, plan_.cq_entries,
+            plan_.queue_pairs / static_cast<uint64_t>(lanes_)};
   }
 
   std::optional<std::string> peer_failure(int peer) override {
