@@ -9,7 +9,8 @@ btl tcp,self), so every descriptor travels as a message, as it would across host
 For each p and size the two systems run interleaved, best of --blocks. Reported per p: the time
 per call (back-to-back calls over their count, the slowest rank's, as nccl-tests and OSU time),
 and rdmacoll's control messages per rank per call (the transport's counter around the timed
-calls; the most any rank sent) against the target 2 ceil(log2 p). Every element of every
+calls; the most any rank sent) against the target 2 ceil(log2 p), and the peers a rank has
+connected to by the end (UCX opens endpoints on first use), against p - 1. Every element of every
 rank's output is checked. Writes scale.md, scale.csv and scale.png (python3-matplotlib) to
 --out. With more ranks than cores every rank still makes progress (waits block), but absolute
 times grow with oversubscription for both systems alike.
@@ -48,7 +49,8 @@ def run(cmd, env, timeout):
             f = line.split()
             if int(float(f[3])) != 0:
                 return None, f"{f[3]} wrong elements"
-            return [float(x) for x in f[2:]], ""  # us, wrong, ranks[, ctrl max, ctrl mean]
+            # us, wrong, ranks[, ctrl max, ctrl mean, connected peers max]
+            return [float(x) for x in f[2:]], ""
     return None, f"no result (exit {proc.returncode}): {text[-300:]!r}"
 
 
@@ -92,6 +94,7 @@ def main():
             it = iterations(nbytes, p)
             best = {"rdmacoll": None, "ompi": None}
             ctrl = None
+            peers = None
             notes = []
             for _ in range(args.blocks):
                 for name, cmd in (("rdmacoll", rdmacoll), ("ompi", ompi)):
@@ -103,15 +106,18 @@ def main():
                         best[name] = res[0]  # us per call
                     if name == "rdmacoll":
                         ctrl = res[3]  # the most any rank sent per call (same in every block)
+                        peers = int(res[5]) if len(res) > 5 else None
             target = 2 * math.ceil(math.log2(p))
             row = {"ranks": p, "bytes": nbytes, "iters": it, "rdmacoll_us": best["rdmacoll"],
                    "ompi_us": best["ompi"], "ctrl_per_rank_per_call": ctrl,
-                   "ctrl_target": target, "notes": "; ".join(notes)}
+                   "ctrl_target": target, "connected_peers": peers,
+                   "notes": "; ".join(notes)}
             rows.append(row)
             r = row["rdmacoll_us"]
             o = row["ompi_us"]
             print(f"p={p:3d} {human(nbytes):>7}: rdmacoll {r} us, Open MPI {o} us, "
-                  f"control messages/rank/call {ctrl} (target {target})"
+                  f"control messages/rank/call {ctrl} (target {target}), "
+                  f"connected peers {peers} of {p - 1}"
                   + (f"  [{row['notes']}]" if notes else ""), flush=True)
     elapsed = time.time() - start
 
@@ -130,18 +136,23 @@ def main():
              f"Best of {args.blocks} interleaved blocks; us per call of back-to-back calls, the "
              "slowest rank's; ratio = Open MPI / rdmacoll (> 1: rdmacoll faster). Control "
              "messages: what the rank that sent the most sent per call, against the target "
-             f"2 ceil(log2 p). `/usr/bin/python3 perf/scale/scale.py` ({elapsed:.0f} s).", ""]
+             "2 ceil(log2 p). Connected peers: the most peers a rank had opened a connection to "
+             "(a UCX endpoint, opened on first use) by the end of the run, of p - 1. "
+             f"`/usr/bin/python3 perf/scale/scale.py` ({elapsed:.0f} s).", ""]
     for nbytes in sizes:
         lines += [f"## {human(nbytes)} per rank", "",
                   "| p | rdmacoll (us) | Open MPI (us) | ratio | control messages / rank / call | "
-                  "target 2 ceil(log2 p) |", "|---|---|---|---|---|---|"]
+                  "target 2 ceil(log2 p) | connected peers / rank |",
+                  "|---|---|---|---|---|---|---|"]
         for row in rows:
             if row["bytes"] != nbytes:
                 continue
             r, o = row["rdmacoll_us"], row["ompi_us"]
             ratio = f"**{o / r:.2f}x**" if r and o else "-"
             lines.append(f"| {row['ranks']} | {fmt(r)} | {fmt(o)} | {ratio} | "
-                         f"{fmt(row['ctrl_per_rank_per_call'], 2)} | {row['ctrl_target']} |")
+                         f"{fmt(row['ctrl_per_rank_per_call'], 2)} | {row['ctrl_target']} | "
+                         f"{'-' if row['connected_peers'] is None else row['connected_peers']} "
+                         f"of {row['ranks'] - 1} |")
         lines.append("")
     with open(os.path.join(args.out, "scale.md"), "w") as f:
         f.write("\n".join(lines))

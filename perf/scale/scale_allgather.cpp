@@ -2,10 +2,14 @@
 // rank, timed as nccl-tests and OSU do (a barrier, then ITERS calls back to back, the elapsed
 // time over ITERS, the slowest rank's), every element of every rank's output checked after the
 // timed calls, and the control messages (descriptors, acks) each rank sent per call, read from
-// the transport's counter around the timed calls.
-//   scale_allgather BYTES ITERS WARMUP
+// the transport's counter around the timed calls, and the peers each rank has connected to by
+// then (the transport's footprint: UCX endpoints are opened on first use).
+//   scale_allgather BYTES ITERS WARMUP [MAX_CONTROL MAX_PEERS]
+// With the bounds (a ctest: scale.log_p_control_and_connections), rank 0 exits 1 when a rank
+// sent more control messages per call or connected more peers than they allow, or when any
+// element was wrong.
 // Rank 0 prints "RESULT <bytes> <us per call> <wrong> <ranks> <max control messages per rank
-// per call> <mean control messages per rank per call>".
+// per call> <mean control messages per rank per call> <max connected peers of a rank>".
 
 #include <algorithm>
 #include <chrono>
@@ -26,14 +30,17 @@ int value(int rank, int64_t i) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: scale_allgather BYTES ITERS WARMUP\n");
+    std::fprintf(stderr, "usage: scale_allgather BYTES ITERS WARMUP [MAX_CONTROL MAX_PEERS]\n");
     return 2;
   }
   const int64_t n = std::max<int64_t>(1, std::atoll(argv[1]) / 4);
   const int iters = std::max(1, std::atoi(argv[2]));
   const int warmup = std::max(0, std::atoi(argv[3]));
+  const double max_control = argc > 5 ? std::atof(argv[4]) : -1;
+  const double max_peers = argc > 5 ? std::atof(argv[5]) : -1;
   init_process_group();
   const int rank = get_rank(), world = get_world_size();
+  bool failed = false;
   Tensor in = zeros({n}, DType::Int32);
   for (int64_t i = 0; i < n; ++i)
     in.set(i, value(rank, i));
@@ -54,20 +61,29 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i)
       wrong += out.item(r * n + i) != value(r, i);
   }
-  Tensor mine = tensor({us, ctrl, static_cast<double>(wrong)}, DType::Float64);
-  Tensor all = zeros({world * 3}, DType::Float64);
+  const double peers = static_cast<double>(detail::connected_peers());
+  Tensor mine = tensor({us, ctrl, static_cast<double>(wrong), peers}, DType::Float64);
+  Tensor all = zeros({world * 4}, DType::Float64);
   all_gather_into_tensor(all, mine);
   if (rank == 0) {
-    double slowest = 0, ctrl_max = 0, ctrl_sum = 0, wrong_all = 0;
+    double slowest = 0, ctrl_max = 0, ctrl_sum = 0, wrong_all = 0, peers_max = 0;
     for (int r = 0; r < world; ++r) {
-      slowest = std::max(slowest, all.item(3 * r));
-      ctrl_max = std::max(ctrl_max, all.item(3 * r + 1));
-      ctrl_sum += all.item(3 * r + 1);
-      wrong_all += all.item(3 * r + 2);
+      slowest = std::max(slowest, all.item(4 * r));
+      ctrl_max = std::max(ctrl_max, all.item(4 * r + 1));
+      ctrl_sum += all.item(4 * r + 1);
+      wrong_all += all.item(4 * r + 2);
+      peers_max = std::max(peers_max, all.item(4 * r + 3));
     }
-    std::printf("RESULT %lld %.3f %.0f %d %.2f %.2f\n", static_cast<long long>(n * 4), slowest,
-                wrong_all, world, ctrl_max, ctrl_sum / world);
+    std::printf("RESULT %lld %.3f %.0f %d %.2f %.2f %.0f\n", static_cast<long long>(n * 4), slowest,
+                wrong_all, world, ctrl_max, ctrl_sum / world, peers_max);
+    if (max_control >= 0 && (ctrl_max > max_control || peers_max > max_peers || wrong_all > 0)) {
+      std::printf(
+          "FAILED: %.2f control messages per rank per call (at most %.0f), %.0f connected "
+          "peers (at most %.0f), %.0f wrong elements\n",
+          ctrl_max, max_control, peers_max, max_peers, wrong_all);
+      failed = true;
+    }
   }
   destroy_process_group();
-  return 0;
+  return failed ? 1 : 0;
 }

@@ -17,6 +17,9 @@ std::string transport_counters();
 // The transport's footprint (transport::Transport::Footprint), as "name=value ..." text.
 std::string transport_footprint();
 
+// Peers the transport has opened a connection to (Footprint::connected_peers).
+uint64_t connected_peers();
+
 // Data bytes this process has written to global rank `peer` (the transport's counter).
 uint64_t bytes_written_to(int peer);
 

@@ -602,6 +602,10 @@ std::string transport_footprint() {
   return os.str();
 }
 
+uint64_t connected_peers() {
+  return require_context("connected_peers").transport->footprint().connected_peers;
+}
+
 uint64_t control_messages_sent() {
   return require_context("control_messages_sent").transport->control_messages_sent();
 }
