@@ -46,10 +46,6 @@ std::vector<int> broadcast_peers(int p, int rank) {
   return plus_minus_powers_of_two(p, rank);
 }
 
-std::vector<int> bruck_descriptor_peers(int p, int rank) {
-  return plus_minus_powers_of_two(p, rank);  // round d: send to rank - d, receive from rank + d
-}
-
 std::vector<int> connection_plan(const GroupPlan& plan, const std::vector<int>& order, int rank,
                                  const std::vector<int>& host_of) {
   const int p = static_cast<int>(order.size());
@@ -62,7 +58,7 @@ std::vector<int> connection_plan(const GroupPlan& plan, const std::vector<int>& 
     v.insert(v.end(), b.begin(), b.end());
   }
   if (plan.descriptors == DescriptorPeers::Bruck) {
-    const std::vector<int> d = bruck_descriptor_peers(p, rank);
+    const std::vector<int> d = plus_minus_powers_of_two(p, rank);  // Bruck's rounds
     v.insert(v.end(), d.begin(), d.end());
   } else if (plan.descriptors == DescriptorPeers::Every) {
     for (int r = 0; r < p; ++r)

@@ -31,11 +31,10 @@ struct GroupPlan {
 // Group ranks `rank` sends to or receives from in `s`: sorted, each once.
 std::vector<int> peers_of(const Schedule& s);
 
-// Group ranks a binomial-tree broadcast from any root connects `rank` with: rank +- 2^k.
+// Group ranks a binomial-tree broadcast from any root connects `rank` with: rank +- 2^k, the
+// same set as the descriptor exchange of Bruck's all-gather (round d: to rank - d, from
+// rank + d).
 std::vector<int> broadcast_peers(int p, int rank);
-
-// Group ranks the descriptor exchange of Bruck's all-gather connects `rank` with: rank +- 2^k.
-std::vector<int> bruck_descriptor_peers(int p, int rank);
 
 // The union over everything `plan` runs, for group rank `rank`; `order` as for the schedules
 // (the all-gather's and the ring reduce-scatter's), `host_of` for the two-level all-gather.

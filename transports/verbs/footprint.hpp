@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transports/transport.hpp"
+
 namespace rdmacoll::transport::verbs_plan {
 
 constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
@@ -17,18 +19,16 @@ constexpr int kSrqDepth = 512;
 constexpr int kSendDepth = 64;   // send work requests in flight per QP
 constexpr int kSendBuffers = 8;  // control send buffers per peer (inline sends need none)
 
-struct Footprint {
-  uint64_t queue_pairs = 0;
-  uint64_t pinned_control_bytes = 0;  // registered receive and send buffers
-  uint64_t cq_entries = 0;
-};
+// The transport's own report type: the live transport returns its plan as is.
+using Footprint = Transport::Footprint;
 
-// For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER). The CQ holds
-// every send work request that may complete (selective signalling does not bound it: each
-// batch signals its last) and every receive.
+// For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER). Pinned control
+// bytes are the registered receive and send buffers. The CQ holds every send work request that
+// may complete (selective signalling does not bound it: each batch signals its last) and every
+// receive.
 constexpr Footprint plan(uint64_t peers, uint64_t lanes) {
   return {peers * lanes, (kSrqDepth + peers * kSendBuffers) * kCtrlBytes,
-          peers * lanes * kSendDepth + kSrqDepth + 16};
+          peers * lanes * kSendDepth + kSrqDepth + 16, peers};
 }
 
 }  // namespace rdmacoll::transport::verbs_plan

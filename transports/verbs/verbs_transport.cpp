@@ -708,10 +708,7 @@ class VerbsTransport final : public Transport {
 
   uint64_t registrations() const override { return cache_->stats().registrations; }
   Counters counters() const override { return counters_; }
-  Footprint footprint() const override {
-    return {plan_.queue_pairs, ctrl_mr_ ? ctrl_pool_.size() : 0, plan_.cq_entries,
-            plan_.queue_pairs / static_cast<uint64_t>(lanes_)};
-  }
+  Footprint footprint() const override { return plan_; }  // sized from it in address()
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;
@@ -1243,7 +1240,7 @@ class VerbsTransport final : public Transport {
   std::vector<Peer> peers_;
   ibv_srq* srq_ = nullptr;
   std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
-  verbs_plan::Footprint plan_{};
+  Footprint plan_{};
   PeerLiveness liveness_;
   uint32_t next_id_ = 1;
   std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
