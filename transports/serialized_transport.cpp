@@ -34,6 +34,10 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->address(my_rank, world_size);
   }
+  void set_connection_store(std::shared_ptr<Store> store) override {
+    std::lock_guard lock(mu_);
+    inner_->set_connection_store(std::move(store));
+  }
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
     std::lock_guard lock(mu_);
     inner_->connect(my_rank, addresses);
@@ -57,7 +61,6 @@ class SerializedTransport final : public Transport {
     return inner_->recv(peer, tag, buffer, capacity);
   }
   bool needs_registered_source() const override { return inner_->needs_registered_source(); }
-  bool needs_ready_exchange() const override { return inner_->needs_ready_exchange(); }
   void forget_registration(const MemoryRegion& region) override {
     std::lock_guard lock(mu_);
     inner_->forget_registration(region);

@@ -28,6 +28,10 @@
 #include <string>
 #include <vector>
 
+namespace rdmacoll {
+class Store;
+}
+
 namespace rdmacoll::transport {
 
 using Bytes = std::vector<uint8_t>;
@@ -109,11 +113,12 @@ class Transport {
   // connect() takes every rank's (index = global rank). Endpoints may be created lazily.
   virtual Bytes address(int my_rank, int world_size) = 0;
   virtual void connect(int my_rank, const std::vector<Bytes>& addresses) = 0;
-  // Whether every rank must have finished connect() before any rank sends (the caller then
-  // waits for all through the store). Verbs: a QP still in RESET or INIT drops what arrives
-  // without a NAK, and the sender retries only after the QP timeout (seconds), as perftest and
-  // NCCL's net_ib note; UCX's wire-up handles this itself.
-  virtual bool needs_ready_exchange() const { return false; }
+  // The store (the job's rendezvous, prefixed for this process group) through which a
+  // transport that connects peers on first use exchanges what each connection needs; given
+  // before connect(). Verbs publishes a peer's QP numbers there on first use and reads the
+  // peer's, so a rank holds QPs only for the peers its schedules touch. The store must be safe
+  // to call from the thread that runs progress().
+  virtual void set_connection_store(std::shared_ptr<Store> /*store*/) {}
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
   // After a failed call: stop reusing `region`'s registration (engine/exposed_region.hpp).
@@ -197,7 +202,7 @@ class Transport {
 
   // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
   // entries; zero where the library below owns them, as in UCX), and how many peers it has
-  // opened a connection to (verbs: every peer, at init; UCX: endpoints, on first use).
+  // opened a connection to (verbs: QPs, UCX: endpoints, both made on first use).
   struct Footprint {
     uint64_t queue_pairs = 0;
     uint64_t pinned_control_bytes = 0;

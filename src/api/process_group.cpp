@@ -525,12 +525,8 @@ void init_process_group(const InitOptions& options) {
   std::vector<transport::Bytes> addresses = gather_from_all(*ctx, "rdmacoll/addr/");
   for (int r = 0; r < ctx->world_size; ++r)
     addresses[r] = unwrap_address(*ctx, r, kind, addresses[r]);
+  ctx->transport->set_connection_store(ctx->store);
   ctx->transport->connect(ctx->rank, addresses);
-  if (ctx->transport->needs_ready_exchange()) {
-    // Nobody sends before every rank is connected (see Transport::needs_ready_exchange).
-    ctx->store->set("rdmacoll/ready/" + std::to_string(ctx->rank), std::string("1"));
-    gather_from_all(*ctx, "rdmacoll/ready/");
-  }
   ctx->engine = std::make_unique<engine::Engine>(*ctx->transport, spin_policy(*ctx));
 
   ctx->generation = next_generation();

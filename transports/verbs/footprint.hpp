@@ -1,10 +1,15 @@
 #pragma once
 // What the verbs transport pins and allocates per process, as a pure function of how many
 // peers it connects, so the plan is unit-tested for any p and the live transport reports the
-// same numbers (Transport::footprint()). Control receives come from one shared receive queue
-// (SRQ) sized by the traffic, not by p: before it, every peer had 32 receive and 64 send
-// buffers of 4 KiB, about 400 KB pinned per peer (400 MB per rank at 1024 ranks).
+// same numbers (Transport::footprint()). Every buffer and queue shared by the peers is sized by
+// the traffic, not by p: control receives come from one shared receive queue (SRQ), control
+// sends take buffers from one shared pool, and the send work requests in flight over all QPs
+// are capped, which bounds the CQ. Before, every peer had 32 receive and 64 send buffers of
+// 4 KiB (about 400 KB pinned per peer, 400 MB per rank at 1024 ranks) and the CQ grew by 96
+// entries per peer. QPs are made on first use (verbs_transport.cpp), so `peers` is the peers
+// a rank's schedules touch: O(log p) for recursive doubling and Bruck, 2 for the ring.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,23 +17,33 @@
 
 namespace rdmacoll::transport::verbs_plan {
 
-constexpr size_t kCtrlBytes = 8 + 4096;  // tag + the largest control message (call descriptor)
+// A tag and the largest control message: a call descriptor (up to 4 KiB) with the framing of a
+// Bruck round (a flag byte and a length), so that such a round can go one descriptor at a time.
+constexpr size_t kCtrlBytes = 8 + 4096 + 64;
 // Receives shared by every QP: control messages and write immediates of all peers. When it
 // runs dry a sender is told to retry (RNR, retried without limit), so a burst only waits.
 constexpr int kSrqDepth = 512;
-constexpr int kSendDepth = 64;   // send work requests in flight per QP
-constexpr int kSendBuffers = 8;  // control send buffers per peer (inline sends need none)
+constexpr int kSendDepth = 64;  // send work requests in flight per QP
+// Send work requests in flight over all QPs together. An error flushes every posted request
+// into the CQ, signalled or not, so this cap (with the receives) is what the CQ must hold.
+constexpr int kSendsInFlight = 1024;
+// Control send buffers shared by all peers (inline sends need none); a send that finds none
+// waits in its QP's backlog for one to come back.
+constexpr int kSendBuffers = 64;
 
 // The transport's own report type: the live transport returns its plan as is.
 using Footprint = Transport::Footprint;
 
+// The CQ for `peers` peers with `lanes` QPs each: every send work request that may be in
+// flight and every receive.
+constexpr uint64_t cq_entries(uint64_t peers, uint64_t lanes) {
+  return std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + kSrqDepth + 16;
+}
+
 // For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER). Pinned control
-// bytes are the registered receive and send buffers. The CQ holds every send work request that
-// may complete (selective signalling does not bound it: each batch signals its last) and every
-// receive.
+// bytes are the registered receive and send buffers.
 constexpr Footprint plan(uint64_t peers, uint64_t lanes) {
-  return {peers * lanes, (kSrqDepth + peers * kSendBuffers) * kCtrlBytes,
-          peers * lanes * kSendDepth + kSrqDepth + 16, peers};
+  return {peers * lanes, (kSrqDepth + kSendBuffers) * kCtrlBytes, cq_entries(peers, lanes), peers};
 }
 
 }  // namespace rdmacoll::transport::verbs_plan

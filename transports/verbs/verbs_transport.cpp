@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/timerfd.h>
 #include <ucm/api/ucm.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
+#include "rdmacoll/store.hpp"
 #include "transports/peer_liveness.hpp"
 #include "transports/verbs/fabric.hpp"
 #include "transports/verbs/footprint.hpp"
@@ -38,6 +40,7 @@ namespace {
 using verbs_plan::kCtrlBytes;
 using verbs_plan::kSendBuffers;
 using verbs_plan::kSendDepth;
+using verbs_plan::kSendsInFlight;
 using verbs_plan::kSrqDepth;
 constexpr size_t kMaxWrite = size_t{1} << 30;
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
@@ -59,6 +62,12 @@ constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
 // RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
 constexpr int kQpTimeout = 20;
 constexpr int kRetryCount = 7;
+// A peer's QPs are made on its first use, through the store (see Link). The store is asked
+// whether the peer's half has arrived after this delay, doubling to the maximum while nothing
+// comes: a first call pays a few store round trips, and a peer that is late costs the store
+// one request per peer every 10 ms.
+constexpr std::chrono::microseconds kConnectPollFirst{100};
+constexpr std::chrono::microseconds kConnectPollMax{10'000};
 
 // RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
 // the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
@@ -301,7 +310,7 @@ struct WireInfo {
   uint8_t lanes;  // RDMACOLL_IB_QPS_PER_PEER: must match on every rank
   uint8_t pad[3];
   uint32_t piece_bytes;  // RDMACOLL_IB_CHUNK: how the sender cuts (the receiver counts lanes)
-  // followed by `lanes` u32 QP numbers per rank (ours for that peer, lane by lane)
+  // A peer's QP numbers travel later, through the store, when the pair first talks.
 };
 
 // How many lanes a write of `length` bytes, cut into pieces of `piece` bytes, uses: the
@@ -347,6 +356,9 @@ class VerbsTransport final : public Transport {
     if (!pd_ || !channel_)
       throw TransportError("verbs: cannot allocate a PD or completion channel");
     ::fcntl(channel_->fd, F_SETFL, ::fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+    connect_timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (connect_timer_ < 0)
+      throw TransportError("verbs: timerfd_create failed: " + errno_text(errno));
     ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
     // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
     // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
@@ -407,6 +419,7 @@ class VerbsTransport final : public Transport {
     if (channel_) ibv_destroy_comp_channel(channel_);
     if (pd_) ibv_dealloc_pd(pd_);
     if (ctx_) ibv_close_device(ctx_);
+    if (connect_timer_ >= 0) ::close(connect_timer_);
   }
 
   std::string name() const override { return "verbs"; }
@@ -423,8 +436,8 @@ class VerbsTransport final : public Transport {
     const uint64_t peers = static_cast<uint64_t>(std::max(world_size - 1, 0));
     // Ranks of a host spread their completion interrupts over the device's vectors.
     const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
-    plan_ = verbs_plan::plan(peers, static_cast<uint64_t>(lanes_));
-    cq_ = ibv_create_cq(ctx_, static_cast<int>(plan_.cq_entries), nullptr, channel_, vector);
+    cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(lanes_));
+    cq_ = ibv_create_cq(ctx_, static_cast<int>(cq_size_), nullptr, channel_, vector);
     if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
     // Every QP takes its receives from one shared queue, as UCX's RC transports do.
     ibv_srq_init_attr srq_attr{};
@@ -432,15 +445,16 @@ class VerbsTransport final : public Transport {
     srq_attr.attr.max_sge = 1;
     srq_ = ibv_create_srq(pd_, &srq_attr);
     if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
-    // One registered pool for control buffers: the shared receives, then each peer's sends.
-    ctrl_pool_.assign(plan_.pinned_control_bytes, 0);
+    // One registered pool for control buffers: the shared receives, then the shared sends.
+    ctrl_pool_.assign(verbs_plan::plan(0, 1).pinned_control_bytes, 0);
     ctrl_mr_ = std::make_unique<MrEntry>();
     constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
     ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
     if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
+    for (int s = 0; s < kSendBuffers; ++s)
+      free_send_.push_back(s);
     peers_.resize(world_size);
-    const size_t lanes = static_cast<size_t>(lanes_);
-    Bytes wire(sizeof(WireInfo) + 4 * lanes * static_cast<size_t>(world_size));
+    Bytes wire(sizeof(WireInfo));
     WireInfo info{};
     std::memcpy(info.gid, gid_.raw, 16);
     info.lid = port_attr_.lid;
@@ -449,42 +463,25 @@ class VerbsTransport final : public Transport {
     info.lanes = static_cast<uint8_t>(lanes_);
     info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
     std::memcpy(wire.data(), &info, sizeof info);
-    for (int r = 0; r < world_size; ++r) {
-      if (r != my_rank) {
-        peers_[r].lanes.resize(lanes);
-        for (int s = 0; s < kSendBuffers; ++s)
-          peers_[r].free_send.push_back(s);
-      }
-      for (size_t l = 0; l < lanes; ++l) {
-        uint32_t qpn = 0;
-        if (r != my_rank) {
-          qpn = create_qp(peers_[r].lanes[l]);
-          lane_of_qpn_[qpn] = {r, static_cast<int>(l)};
-        }
-        std::memcpy(wire.data() + sizeof info + 4 * (r * lanes + l), &qpn, 4);
-      }
-    }
     return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
   }
 
-  bool needs_ready_exchange() const override { return true; }
+  void set_connection_store(std::shared_ptr<Store> store) override { store_ = std::move(store); }
 
+  // Checks every rank's device against ours; QPs come later, on first use (see Link).
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
-    delay_for_test(my_rank);
+    if (!store_) throw TransportError("verbs: no store to connect peers through");
     std::vector<std::pair<std::string, pid_t>> hosts;
     for (int r = 0; r < world_; ++r) {
       PeerAddress a = decode_peer_address(addresses[r], r);
       hosts.emplace_back(a.host, static_cast<pid_t>(a.pid));
       if (r == my_rank) continue;
       WireInfo info{};
-      if (a.payload.size() >= sizeof info) std::memcpy(&info, a.payload.data(), sizeof info);
-      const size_t lanes = static_cast<size_t>(lanes_);
-      if (a.payload.size() < sizeof info ||
-          (info.lanes == lanes_ &&
-           a.payload.size() != sizeof info + 4 * lanes * static_cast<size_t>(world_))) {
+      if (a.payload.size() != sizeof info) {
         throw TransportError("verbs: rank " + std::to_string(r) +
                              " published no verbs address (is it using another transport?)");
       }
+      std::memcpy(&info, a.payload.data(), sizeof info);
       if (info.lanes != lanes_) {
         throw TransportError("verbs: rank " + std::to_string(r) + " uses " +
                              std::to_string(info.lanes) + " QPs per peer and this rank " +
@@ -498,12 +495,8 @@ class VerbsTransport final : public Transport {
       const std::string clash = fabric::incompatibility(port_attr_.link_layer, info.link_layer,
                                                         "rank " + std::to_string(r));
       if (!clash.empty()) throw TransportError("verbs: " + clash);
+      peers_[r].info = info;
       peers_[r].their_piece_bytes = info.piece_bytes;
-      for (size_t l = 0; l < lanes; ++l) {
-        uint32_t their_qpn = 0;
-        std::memcpy(&their_qpn, a.payload.data() + sizeof info + 4 * (my_rank * lanes + l), 4);
-        bring_up(r, static_cast<int>(l), info, their_qpn);
-      }
     }
     for (int s = 0; s < kSrqDepth; ++s)
       post_recv(s);
@@ -555,13 +548,12 @@ class VerbsTransport final : public Transport {
       return req;
     }
     submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) {
-      Peer& p = peers_[peer];
-      if (p.free_send.empty()) return false;
-      const int slot = p.free_send.front();
-      p.free_send.pop_front();
+      if (free_send_.empty()) return false;
+      const int slot = free_send_.front();
+      free_send_.pop_front();
       auto* r = static_cast<VerbsRequest*>(inflight_.at(id).get());
       r->send_slot = slot;
-      uint8_t* buf = send_buffer(peer, slot);
+      uint8_t* buf = send_buffer(slot);
       std::memcpy(buf, msg.data(), msg.size());
       st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
                 ctrl_mr_->mr->lkey};
@@ -578,6 +570,7 @@ class VerbsTransport final : public Transport {
     auto req = std::make_shared<VerbsRequest>(peer);
     req->recv_buffer = buffer;
     req->recv_capacity = capacity;
+    touch(peer);
     const auto key = std::make_pair(peer, tag);
     auto it = unexpected_.find(key);
     if (it != unexpected_.end()) {
@@ -631,8 +624,10 @@ class VerbsTransport final : public Transport {
     auto req = std::make_shared<VerbsRequest>(peer);
     const auto key = std::make_pair(peer, signal_imm32(signal));
     int remaining = 1;
-    if (peer >= 0 && peer < world_ && peer != me_)
+    if (peer >= 0 && peer < world_ && peer != me_) {
       remaining = lanes_used(length, peers_[peer].their_piece_bytes, lanes_);
+      touch(peer);
+    }
     if (auto it = arrived_.find(key); it != arrived_.end()) {
       remaining -= it->second;
       arrived_.erase(it);
@@ -671,15 +666,28 @@ class VerbsTransport final : public Transport {
       for (int i = 0; i < n; ++i)
         handle(wc[i]);
     }
+    any = advance_connections(now) || any;
     if (now >= next_keepalive_) {
       next_keepalive_ = now + kKeepaliveInterval;
       keepalive();
     }
-    return flush_all() || any;  // completions may have let backlogged work in
+    drain_backlogs();  // completions, connections and send buffers may have made room
+    return flush_all() || any;
   }
 
   bool prepare_wait() override {
     if (flush_all()) return false;  // nothing staged may wait for the next wake-up
+    if (!connecting_.empty()) {
+      // The store has no way to wake us: a timer does, when the next look at it is due.
+      const auto now = Clock::now();
+      if (now >= next_connect_poll_) return false;
+      itimerspec t{};
+      const auto ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(next_connect_poll_ - now);
+      t.it_value.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+      t.it_value.tv_nsec = static_cast<long>(std::max<int64_t>(ns.count() % 1'000'000'000, 1000));
+      ::timerfd_settime(connect_timer_, 0, &t, nullptr);
+    }
     if (armed_) return true;
     ibv_req_notify_cq(cq_, 0);
     armed_ = true;
@@ -689,12 +697,15 @@ class VerbsTransport final : public Transport {
   void wait_fds(std::vector<pollfd>& fds) override {
     fds.push_back({channel_->fd, POLLIN, 0});
     fds.push_back({ctx_->async_fd, POLLIN, 0});
+    fds.push_back({connect_timer_, POLLIN, 0});
     for (int fd : liveness_.fds())
       fds.push_back({fd, POLLIN, 0});
   }
 
   void after_wait() override {
     async_due_ = true;  // the async-event fd may be what woke us
+    uint64_t expirations = 0;
+    if (::read(connect_timer_, &expirations, sizeof expirations) < 0) expirations = 0;
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
     if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {  // the channel fd is non-blocking
@@ -708,7 +719,13 @@ class VerbsTransport final : public Transport {
 
   uint64_t registrations() const override { return cache_->stats().registrations; }
   Counters counters() const override { return counters_; }
-  Footprint footprint() const override { return plan_; }  // sized from it in address()
+  // The plan for the peers connected so far; the CQ was sized in address() for every peer,
+  // which the cap on sends in flight bounds (verbs_plan::cq_entries).
+  Footprint footprint() const override {
+    Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_));
+    f.cq_entries = cq_size_;
+    return f;
+  }
 
   std::optional<std::string> peer_failure(int peer) override {
     if (peer < 0 || peer >= world_) return std::nullopt;
@@ -738,9 +755,18 @@ class VerbsTransport final : public Transport {
     std::deque<std::function<bool(Staged&)>> backlog;
     size_t in_queue() const { return posted.size() + staged.size(); }
   };
+  // A pair's QPs are made when either side first uses the other (a send, a write, a receive
+  // or an expected write: every transfer has two ends in the same call, so the other side
+  // comes too). Each side publishes its QP numbers in the store (key qp/<from>/<to>), brings
+  // its QPs to RTS with the peer's, and publishes up/<from>/<to>; work for the peer waits in
+  // the lanes' backlogs until the peer's "up" is seen, since a QP not yet at RTR drops what
+  // arrives without a NAK and the sender retries only after the QP timeout (seconds), as
+  // perftest and NCCL's net_ib note. Nothing blocks: progress() looks at the store.
+  enum class Link : uint8_t { Down, Offered, Up, Ready };
   struct Peer {
-    std::vector<Lane> lanes;  // lane 0 carries control messages
-    std::deque<int> free_send;
+    std::vector<Lane> lanes;  // lane 0 carries control messages; made on first use
+    Link link = Link::Down;
+    WireInfo info{};  // from the address published at init
     size_t their_piece_bytes = size_t{1} << 20;
     std::optional<std::string> failure;
     bool idle() const {
@@ -774,9 +800,13 @@ class VerbsTransport final : public Transport {
     return lane.qp->qp_num;
   }
 
-  // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's QP transitions back when
+  // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's first QP transitions back when
   // RDMACOLL_TEST_QP_DELAY_RANK names it (the handshake test's late peer).
   static void delay_for_test(int my_rank) {
+    static std::once_flag once;
+    bool first = false;
+    std::call_once(once, [&] { first = true; });
+    if (!first) return;
     const char* ms = env("RDMACOLL_TEST_QP_DELAY_MS");
     const char* rank = env("RDMACOLL_TEST_QP_DELAY_RANK");
     if (!ms || !rank || std::atoi(rank) != my_rank) return;
@@ -872,10 +902,85 @@ class VerbsTransport final : public Transport {
   uint8_t* recv_buffer(int slot) {
     return ctrl_pool_.data() + static_cast<size_t>(slot) * kCtrlBytes;
   }
-  // Peer r's send buffers follow the shared receives (our own rank has none).
-  uint8_t* send_buffer(int peer, int slot) {
-    const size_t index = static_cast<size_t>(peer < me_ ? peer : peer - 1);
-    return recv_buffer(kSrqDepth + static_cast<int>(index) * kSendBuffers + slot);
+  // The shared send buffers follow the shared receives.
+  uint8_t* send_buffer(int slot) { return recv_buffer(kSrqDepth + slot); }
+
+  std::string store_key(const char* what, int from, int to) const {
+    return std::string("rdmacoll/verbs/") + what + "/" + std::to_string(from) + "/" +
+           std::to_string(to);
+  }
+
+  // The first use of `peer`: our QPs to it, their numbers published (see Link).
+  void touch(int peer) {
+    Peer& p = peers_[peer];
+    if (p.link != Link::Down || p.failure) return;
+    try {
+      p.lanes.resize(static_cast<size_t>(lanes_));
+      Bytes qpns(4 * static_cast<size_t>(lanes_));
+      for (int l = 0; l < lanes_; ++l) {
+        const uint32_t qpn = create_qp(p.lanes[l]);
+        lane_of_qpn_[qpn] = {peer, l};
+        std::memcpy(qpns.data() + 4 * l, &qpn, 4);
+      }
+      p.link = Link::Offered;
+      ++connected_;
+      connecting_.push_back(peer);
+      next_connect_poll_ = Clock::now();
+      connect_poll_ = kConnectPollFirst;
+      store_->set(store_key("qp", me_, peer), qpns);
+    } catch (const std::exception& e) {
+      mark_failed(peer, "connecting to rank " + std::to_string(peer) + ": " + e.what());
+    }
+  }
+
+  // Moves every connection in progress on as far as the store allows; true if any moved.
+  bool advance_connections(Clock::time_point now) {
+    if (connecting_.empty() || now < next_connect_poll_) return false;
+    bool any = false;
+    std::erase_if(connecting_, [&](int peer) {
+      const Link before = peers_[peer].link;
+      const bool finished = advance(peer);
+      any = any || finished || peers_[peer].link != before;
+      return finished;
+    });
+    connect_poll_ = any ? kConnectPollFirst : std::min(connect_poll_ * 2, kConnectPollMax);
+    next_connect_poll_ = Clock::now() + connect_poll_;
+    return any;
+  }
+
+  // One look at the store for `peer`'s half of the connection; true once it is ready or failed.
+  bool advance(int peer) {
+    Peer& p = peers_[peer];
+    if (p.failure) return true;
+    try {
+      if (p.link == Link::Offered) {
+        const std::string theirs = store_key("qp", peer, me_);
+        if (!store_->check(theirs)) return false;
+        const Bytes qpns = store_->get(theirs, std::chrono::seconds(10));
+        if (qpns.size() != 4 * static_cast<size_t>(lanes_)) {
+          mark_failed(peer, "rank " + std::to_string(peer) + " published " +
+                                std::to_string(qpns.size()) + " bytes of QP numbers, not " +
+                                std::to_string(4 * lanes_));
+          return true;
+        }
+        delay_for_test(me_);
+        for (int l = 0; l < lanes_; ++l) {
+          uint32_t qpn = 0;
+          std::memcpy(&qpn, qpns.data() + 4 * l, 4);
+          bring_up(peer, l, p.info, qpn);
+        }
+        p.link = Link::Up;
+        store_->set(store_key("up", me_, peer), Bytes{1});
+      }
+      if (!store_->check(store_key("up", peer, me_))) return false;
+      p.link = Link::Ready;
+      log::trace("verbs: connected to rank " + std::to_string(peer));
+      return true;
+    } catch (const std::exception& e) {
+      mark_failed(peer, "connecting to rank " + std::to_string(peer) + " through the " +
+                            store_->describe() + ": " + e.what());
+      return true;
+    }
   }
 
   void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn) {
@@ -956,24 +1061,30 @@ class VerbsTransport final : public Transport {
 
   // Stages `build` now if the send queue has room, else when completions make room; the
   // next flush posts it.
+  // Work for a peer not yet connected waits in the backlog too.
   void submit(int peer, int lane, std::function<bool(Staged&)> build) {
     Peer& p = peers_[peer];
+    touch(peer);
     if (p.failure) {
       fail_all_of(peer);
       return;
     }
     Lane& l = p.lanes[lane];
-    if (l.backlog.empty() && stage(peer, lane, build)) return;
+    if (p.link == Link::Ready && l.backlog.empty() && stage(peer, lane, build)) return;
+    if (l.backlog.empty()) backlogged_.emplace_back(peer, lane);
     l.backlog.push_back(std::move(build));
   }
 
+  // Room: the lane's send queue and the cap on sends in flight over all QPs (the CQ's size).
   bool stage(int peer, int lane, std::function<bool(Staged&)>& build) {
     Lane& l = peers_[peer].lanes[lane];
-    if (l.in_queue() >= static_cast<size_t>(kSendDepth)) return false;
+    if (l.in_queue() >= static_cast<size_t>(kSendDepth) || sends_in_flight_ >= kSendsInFlight)
+      return false;
     Staged st;
     if (!build(st)) return false;
     if (l.staged.empty()) staged_lanes_.emplace_back(peer, lane);
     l.staged.push_back(std::move(st));
+    ++sends_in_flight_;
     return true;
   }
 
@@ -1008,8 +1119,10 @@ class VerbsTransport final : public Transport {
       for (size_t i = 0; i < n; ++i) {
         if (&p.staged[i].wr == bad) unposted = n - i;
       }
-      for (size_t i = 0; i < unposted && !p.posted.empty(); ++i)
+      for (size_t i = 0; i < unposted && !p.posted.empty(); ++i) {
         p.posted.pop_back();
+        --sends_in_flight_;
+      }
       p.staged.clear();
       mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
                             " failed: " + errno_text(e));
@@ -1029,7 +1142,7 @@ class VerbsTransport final : public Transport {
       waited[key.first] = true;
     for (int r = 0; r < world_; ++r) {
       Peer& p = peers_[r];
-      if (!waited[r] || r == me_ || p.failure || !p.idle()) continue;
+      if (!waited[r] || r == me_ || p.failure || p.link != Link::Ready || !p.idle()) continue;
       auto req = std::make_shared<VerbsRequest>(r);
       const uint32_t id = track(req);
       ++req->pieces;
@@ -1054,10 +1167,19 @@ class VerbsTransport final : public Transport {
     return true;
   }
 
-  void drain_backlog(int peer, int lane) {
-    Lane& l = peers_[peer].lanes[lane];
-    while (!l.backlog.empty() && stage(peer, lane, l.backlog.front()))
-      l.backlog.pop_front();
+  // Stages what the backlogs of connected peers can now; forgets the lanes left empty.
+  void drain_backlogs() {
+    if (backlogged_.empty()) return;
+    std::erase_if(backlogged_, [&](const std::pair<int, int>& pl) {
+      const auto [peer, lane] = pl;
+      Peer& p = peers_[peer];
+      Lane& l = p.lanes[lane];
+      if (p.link == Link::Ready && !p.failure) {
+        while (!l.backlog.empty() && stage(peer, lane, l.backlog.front()))
+          l.backlog.pop_front();
+      }
+      return l.backlog.empty();
+    });
   }
 
   void deliver(VerbsRequest& req, std::span<const uint8_t> payload) {
@@ -1151,9 +1273,9 @@ class VerbsTransport final : public Transport {
     for (auto it = p.posted.begin(); it != std::next(end); ++it)
       done.push_back(it->id);
     p.posted.erase(p.posted.begin(), std::next(end));
+    sends_in_flight_ -= static_cast<int>(done.size());
     for (uint32_t d : done)
       complete_one(peer, d, ok);
-    drain_backlog(peer, lane);
   }
 
   void complete_one(int peer, uint32_t id, bool ok) {
@@ -1162,7 +1284,7 @@ class VerbsTransport final : public Transport {
     if (it != inflight_.end()) {
       auto* req = static_cast<VerbsRequest*>(it->second.get());
       if (req->send_slot >= 0) {
-        p.free_send.push_back(req->send_slot);
+        free_send_.push_back(req->send_slot);
         req->send_slot = -1;
       }
       if (--req->pieces <= 0 || !ok) {
@@ -1240,7 +1362,16 @@ class VerbsTransport final : public Transport {
   std::vector<Peer> peers_;
   ibv_srq* srq_ = nullptr;
   std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
-  Footprint plan_{};
+  uint64_t cq_size_ = 0;
+  std::deque<int> free_send_;  // the shared send buffers not in use
+  int sends_in_flight_ = 0;    // staged or posted on any QP, at most kSendsInFlight
+  std::vector<std::pair<int, int>> backlogged_;  // (peer, lane) with a backlog, each once
+  std::shared_ptr<Store> store_;
+  uint64_t connected_ = 0;       // peers with QPs (connected or connecting)
+  std::vector<int> connecting_;  // peers whose connection is in progress
+  Clock::time_point next_connect_poll_{};
+  std::chrono::microseconds connect_poll_ = kConnectPollFirst;
+  int connect_timer_ = -1;  // timerfd: wakes a sleeper when the store is due a look
   PeerLiveness liveness_;
   uint32_t next_id_ = 1;
   std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
