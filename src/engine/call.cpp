@@ -181,8 +181,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
 }
 
-// Round k of Bruck's all-gather carries min(2^k, p - 2^k) descriptors: the exchange needs the
-// largest round to fit one control message.
+// Round k of Bruck's all-gather carries min(2^k, p - 2^k) descriptors.
 size_t bruck_largest_round(int p) {
   size_t most = 0;
   for (int d = 1; d < p; d <<= 1)
@@ -190,29 +189,46 @@ size_t bruck_largest_round(int p) {
   return most;
 }
 
-// Across hosts the descriptors travel Bruck's all-gather: ceil(log2 p) messages per rank and
-// call, where the direct round sends p - 1 (at 1024 ranks an 8-byte call sent 1023 per rank).
+// One message of a Bruck round: a flag byte (1: another message of this round follows), then
+// whole descriptors, each a 4-byte length and the bytes. A round larger than the transport's
+// largest message (verbs: 4 KiB, where a descriptor with an eager chunk takes 2 KiB) goes as
+// several. Tags must be unique per receiver and call (UCX matches tags across senders): message
+// j of sender r carries index r + j p, below 2^24 while p times the largest round's
+// descriptors (the most messages a round can take) is.
+constexpr size_t kPieceHeader = 1;
+constexpr uint64_t kTagIndexLimit = uint64_t{1} << 24;
+
+uint32_t piece_index(int sender, uint32_t piece, int p) {
+  return static_cast<uint32_t>(sender) + piece * static_cast<uint32_t>(p);
+}
+
+// Across hosts the descriptors travel Bruck's all-gather: ceil(log2 p) rounds per call, where
+// the direct round sends p - 1 messages (at 1024 ranks an 8-byte call sent 1023 per rank),
+// and over verbs a rank connects only rank +- 2^k for them (QPs are made on first use).
 // On one host the direct round stays while the group's eager slots may carry the descriptors:
 // its messages are parallel copies through shared memory with no chain of dependent rounds,
 // and after the group's first calls the slots replace them. Where the slots are off (UCX
 // without shared memory, verbs) the messages are real ones and Bruck's fewer wins: 4 ranks
-// over TCP on one host, 32 B, 54-55 us per call direct, 34-45 us Bruck (Open MPI 33-52).
+// over TCP on one host, 32 B, 54-55 us per call direct, 34-45 us Bruck (Open MPI 33-52); on
+// one host Bruck is taken only where each round is one message, as it was measured.
 // Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
 bool use_bruck(const transport::Transport& t, const GroupState& g, size_t capacity) {
   const int p = g.size();
   const DescriptorExchange mode = descriptor_exchange();
   if (p <= 2 || mode == DescriptorExchange::Direct) return false;
-  if (mode == DescriptorExchange::Auto && g.hosts <= 1 &&
-      g.scratch.slots.state() != EagerSlots::State::Off) {
-    return false;
+  if (static_cast<uint64_t>(p) * bruck_largest_round(p) >= kTagIndexLimit) return false;
+  if (mode == DescriptorExchange::Auto && g.hosts <= 1) {
+    return g.scratch.slots.state() == EagerSlots::State::Off &&
+           kPieceHeader + bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes();
   }
-  return bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes();
+  return kPieceHeader + capacity + 4 <= t.max_message_bytes();
 }
 
 // Bruck's all-gather of the serialized descriptors: at round k (d = 2^k) a rank sends the d
-// descriptors it holds, its own and the next ranks', to rank - d, each as a 4-byte length and
-// the bytes, and receives those of rank + d onwards from rank + d. A message that does not
-// parse (a length past its end or past the descriptor limit) fails the call.
+// descriptors it holds, its own and the next ranks', to rank - d, and receives those of
+// rank + d onwards from rank + d, in one message or several (kPieceHeader). A message that
+// does not parse (a length past its end or past the descriptor limit, no descriptor, more
+// or fewer descriptors than the round carries) fails the call.
 void exchange_bruck(transport::Transport& t, GroupState& g, Call& call, size_t capacity) {
   const int p = g.size();
   CallScratch& s = g.scratch;
@@ -220,7 +236,8 @@ void exchange_bruck(transport::Transport& t, GroupState& g, Call& call, size_t c
   s.incoming_lengths.assign(p, 0);
   s.incoming[g.rank] = s.send.data();
   s.incoming_lengths[g.rank] = s.send.size();
-  s.round_receive.resize(bruck_largest_round(p) * (capacity + 4));
+  const size_t limit = t.max_message_bytes();
+  s.round_receive.resize(std::min(limit, kPieceHeader + bruck_largest_round(p) * (capacity + 4)));
   int round = 0;
   for (int d = 1; d < p; d <<= 1, ++round) {
     const int n = std::min(d, p - d);
@@ -228,42 +245,72 @@ void exchange_bruck(transport::Transport& t, GroupState& g, Call& call, size_t c
     const int from = (g.rank + d) % p;
     if (s.round_send.size() <= static_cast<size_t>(round)) s.round_send.emplace_back();
     std::vector<uint8_t>& out = s.round_send[round];
-    out.clear();
+    std::vector<size_t>& pieces = s.round_pieces;
+    out.assign(kPieceHeader, 0);
+    pieces.assign(1, 0);
     for (int i = 0; i < n; ++i) {
       const int r = (g.rank + i) % p;
       const uint32_t len = static_cast<uint32_t>(s.incoming_lengths[r]);
+      if (out.size() - pieces.back() > kPieceHeader &&
+          out.size() - pieces.back() + 4 + len > limit) {
+        out[pieces.back()] = 1;  // more follows
+        pieces.push_back(out.size());
+        out.push_back(0);
+      }
       const uint8_t* l = reinterpret_cast<const uint8_t*>(&len);
       out.insert(out.end(), l, l + 4);
       out.insert(out.end(), s.incoming[r], s.incoming[r] + len);
     }
-    const size_t recv_at = call.recvs().size();
-    call.recvs().push_back({call.guarded([&] {
-                              return t.recv(call.global(from),
-                                            make_tag(TagKind::Descriptor, g.id, call.seq(), from),
-                                            s.round_receive.data(), s.round_receive.size());
-                            }),
-                            from, Pending::Kind::Descriptor});
-    RequestPtr req = call.guarded([&] {
-      return t.send(call.global(to), make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank),
-                    out.data(), out.size());
-    });
-    if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
-    call.wait(call.recvs(), recv_at, recv_at + 1);
-    const size_t got = call.recvs()[recv_at].req->length();
-    size_t at = 0;
-    for (int i = 0; i < n; ++i) {
-      const int r = (from + i) % p;
-      uint32_t len = 0;
-      if (at + 4 <= got) std::memcpy(&len, s.round_receive.data() + at, 4);
-      if (at + 4 > got || len > capacity || at + 4 + len > got) {
-        throw TransportError(call.where() + ": malformed descriptor round from rank " +
-                             std::to_string(call.global(from)) + " (" + std::to_string(got) +
-                             " bytes for " + std::to_string(n) + " descriptors)");
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const size_t end = j + 1 < pieces.size() ? pieces[j + 1] : out.size();
+      RequestPtr req = call.guarded([&] {
+        return t.send(call.global(to),
+                      make_tag(TagKind::Descriptor, g.id, call.seq(),
+                               piece_index(g.rank, static_cast<uint32_t>(j), p)),
+                      out.data() + pieces[j], end - pieces[j]);
+      });
+      if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
+    }
+    int received = 0;
+    for (uint32_t piece = 0;; ++piece) {
+      const size_t recv_at = call.recvs().size();
+      call.recvs().push_back({call.guarded([&] {
+                                return t.recv(call.global(from),
+                                              make_tag(TagKind::Descriptor, g.id, call.seq(),
+                                                       piece_index(from, piece, p)),
+                                              s.round_receive.data(), s.round_receive.size());
+                              }),
+                              from, Pending::Kind::Descriptor});
+      call.wait(call.recvs(), recv_at, recv_at + 1);
+      const size_t got = call.recvs()[recv_at].req->length();
+      const uint8_t* in = s.round_receive.data();
+      auto malformed = [&] {
+        return TransportError(call.where() + ": malformed descriptor round from rank " +
+                              std::to_string(call.global(from)) + " (message " +
+                              std::to_string(piece) + " of " + std::to_string(got) +
+                              " bytes; the round carries " + std::to_string(n) + " descriptors)");
+      };
+      if (got <= kPieceHeader || in[0] > 1) throw malformed();
+      size_t at = kPieceHeader;
+      while (at < got) {
+        uint32_t len = 0;
+        if (at + 4 <= got) std::memcpy(&len, in + at, 4);
+        if (received >= n || at + 4 > got || len > capacity || at + 4 + len > got)
+          throw malformed();
+        const int r = (from + received) % p;
+        std::memcpy(s.receive[r].data(), in + at + 4, len);  // capacity long
+        s.incoming[r] = s.receive[r].data();
+        s.incoming_lengths[r] = len;
+        at += 4 + len;
+        ++received;
       }
-      std::memcpy(s.receive[r].data(), s.round_receive.data() + at + 4, len);  // capacity long
-      s.incoming[r] = s.receive[r].data();
-      s.incoming_lengths[r] = len;
-      at += 4 + len;
+      if (in[0] == 0) break;
+      if (received >= n) throw malformed();  // more announced, but the round is complete
+    }
+    if (received != n) {
+      throw TransportError(call.where() + ": descriptor round from rank " +
+                           std::to_string(call.global(from)) + " carried " +
+                           std::to_string(received) + " descriptors, not " + std::to_string(n));
     }
   }
   call.wait(call.sends(), 0, call.sends().size());

@@ -236,6 +236,35 @@ TEST(Verbs, FootprintMatchesThePlan) {
   }
 }
 
+// QPs on demand: 8 ranks, each its own host, connect only the peers their schedules touch
+// (Bruck's descriptor rounds, rank +- 2^k, and recursive doubling, rank xor 2^k): at most
+// 2 ceil(log2 8) = 6 of the 7, and the live footprint is the plan for that many.
+TEST(Verbs, EightHostsConnectOnlyTheirSchedulePeers) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      8,
+      [](int rank, int p) {
+        ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
+        init_process_group();
+        require_verbs();
+        RANK_CHECK(detail::connected_peers() == 0, detail::connected_peers() << " peers at init");
+        for (int i = 0; i < 3; ++i) {
+          gather_and_check({}, 2, DType::Int32, DType::Int32, false);          // 8 B: inline
+          gather_and_check({}, 16384, DType::Float32, DType::Float32, false);  // 64 KiB
+        }
+        const uint64_t peers = detail::connected_peers();
+        const std::string live = detail::transport_footprint();
+        std::printf("rank %d of %d hosts: %llu peers connected, %s\n", rank, p,
+                    static_cast<unsigned long long>(peers), live.c_str());
+        RANK_CHECK(peers >= 3 && peers <= 6, peers << " peers connected");
+        RANK_CHECK(live == planned_footprint(peers, static_cast<uint64_t>(p)),
+                   "footprint " << live << ", plan " << planned_footprint(peers, p));
+        destroy_process_group();
+      },
+      opt));
+}
+
 TEST(Verbs, Subgroup) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     require_verbs();

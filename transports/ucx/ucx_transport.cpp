@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transports/peer_liveness.hpp"
 
@@ -222,6 +223,9 @@ class UcxTransport final : public Transport {
   }
 
   std::string name() const override { return "ucx"; }
+  // Any length; RDMACOLL_TEST_MAX_MESSAGE caps it in tests, so that the engine's paths for a
+  // transport with a limit (verbs: 4 KiB) run over TCP in CI too.
+  size_t max_message_bytes() const override { return max_message_; }
 
   std::string describe() const override {
     const char* tls = std::getenv("UCX_TLS");
@@ -643,6 +647,7 @@ class UcxTransport final : public Transport {
 
   Protocol protocol_;
   bool close_failed_ = false;  // a peer was marked failed: progress() closes its endpoint
+  size_t max_message_ = settings::env_uint("RDMACOLL_TEST_MAX_MESSAGE", SIZE_MAX, 4096, SIZE_MAX);
   uint64_t endpoints_created_ = 0;
   bool shm_;
   std::string rndv_thresh_;  // set by us, when not by the user
