@@ -202,115 +202,154 @@ uint32_t piece_index(int sender, uint32_t piece, int p) {
   return static_cast<uint32_t>(sender) + piece * static_cast<uint32_t>(p);
 }
 
-// Across hosts the descriptors travel Bruck's all-gather: ceil(log2 p) rounds per call, where
-// the direct round sends p - 1 messages (at 1024 ranks an 8-byte call sent 1023 per rank),
-// and over verbs a rank connects only rank +- 2^k for them (QPs are made on first use).
+// How a call's descriptors travel when no eager slots carry them.
+enum class Rounds { Direct, Bruck, RecursiveDoubling };
+
+// Across hosts the descriptors take log-p rounds of an all-gather, where the direct round
+// sends p - 1 messages (at 1024 ranks an 8-byte call sent 1023 per rank): recursive doubling
+// where p is a power of two, so a rank talks only to rank xor 2^k in its virtual order, the
+// peers of the recursive-doubling all-gather itself; Bruck's all-gather (rank +- 2^k)
+// otherwise. Over verbs, where QPs are made on first use, those are the peers a rank connects.
 // On one host the direct round stays while the group's eager slots may carry the descriptors:
 // its messages are parallel copies through shared memory with no chain of dependent rounds,
 // and after the group's first calls the slots replace them. Where the slots are off (UCX
-// without shared memory, verbs) the messages are real ones and Bruck's fewer wins: 4 ranks
+// without shared memory, verbs) the messages are real ones and the rounds' fewer win: 4 ranks
 // over TCP on one host, 32 B, 54-55 us per call direct, 34-45 us Bruck (Open MPI 33-52); on
-// one host Bruck is taken only where each round is one message, as it was measured.
+// one host the rounds are taken only where each is one message, as it was measured.
 // Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
-bool use_bruck(const transport::Transport& t, const GroupState& g, size_t capacity) {
+Rounds descriptor_rounds(const transport::Transport& t, const GroupState& g, size_t capacity) {
   const int p = g.size();
   const DescriptorExchange mode = descriptor_exchange();
-  if (p <= 2 || mode == DescriptorExchange::Direct) return false;
-  if (static_cast<uint64_t>(p) * bruck_largest_round(p) >= kTagIndexLimit) return false;
-  if (mode == DescriptorExchange::Auto && g.hosts <= 1) {
-    return g.scratch.slots.state() == EagerSlots::State::Off &&
-           kPieceHeader + bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes();
-  }
-  return kPieceHeader + capacity + 4 <= t.max_message_bytes();
+  if (p <= 2 || mode == DescriptorExchange::Direct) return Rounds::Direct;
+  if (static_cast<uint64_t>(p) * bruck_largest_round(p) >= kTagIndexLimit) return Rounds::Direct;
+  const bool fits =
+      mode == DescriptorExchange::Auto && g.hosts <= 1
+          ? g.scratch.slots.state() == EagerSlots::State::Off &&
+                kPieceHeader + bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes()
+          : kPieceHeader + capacity + 4 <= t.max_message_bytes();
+  if (!fits) return Rounds::Direct;
+  const bool power_of_two = (p & (p - 1)) == 0;
+  return power_of_two && mode != DescriptorExchange::Bruck ? Rounds::RecursiveDoubling
+                                                           : Rounds::Bruck;
 }
 
-// Bruck's all-gather of the serialized descriptors: at round k (d = 2^k) a rank sends the d
-// descriptors it holds, its own and the next ranks', to rank - d, and receives those of
-// rank + d onwards from rank + d, in one message or several (kPieceHeader). A message that
-// does not parse (a length past its end or past the descriptor limit, no descriptor, more
-// or fewer descriptors than the round carries) fails the call.
-void exchange_bruck(transport::Transport& t, GroupState& g, Call& call, size_t capacity) {
+// Sends the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) to `to`, in
+// one message or several (kPieceHeader).
+template <typename RankAt>
+void send_round(transport::Transport& t, GroupState& g, Call& call, int to, int first, int n,
+                RankAt rank_at, std::vector<uint8_t>& out) {
+  CallScratch& s = g.scratch;
+  const size_t limit = t.max_message_bytes();
+  std::vector<size_t>& pieces = s.round_pieces;
+  out.assign(kPieceHeader, 0);
+  pieces.assign(1, 0);
+  for (int i = 0; i < n; ++i) {
+    const int r = rank_at(first + i);
+    const uint32_t len = static_cast<uint32_t>(s.incoming_lengths[r]);
+    if (out.size() - pieces.back() > kPieceHeader && out.size() - pieces.back() + 4 + len > limit) {
+      out[pieces.back()] = 1;  // more follows
+      pieces.push_back(out.size());
+      out.push_back(0);
+    }
+    const uint8_t* l = reinterpret_cast<const uint8_t*>(&len);
+    out.insert(out.end(), l, l + 4);
+    out.insert(out.end(), s.incoming[r], s.incoming[r] + len);
+  }
+  for (size_t j = 0; j < pieces.size(); ++j) {
+    const size_t end = j + 1 < pieces.size() ? pieces[j + 1] : out.size();
+    RequestPtr req = call.guarded([&] {
+      return t.send(call.global(to),
+                    make_tag(TagKind::Descriptor, g.id, call.seq(),
+                             piece_index(g.rank, static_cast<uint32_t>(j), g.size())),
+                    out.data() + pieces[j], end - pieces[j]);
+    });
+    if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
+  }
+}
+
+// Receives the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) from
+// `from`. A message that does not parse (a length past its end or past the descriptor limit,
+// no descriptor, more or fewer descriptors than the round carries) fails the call.
+template <typename RankAt>
+void receive_round(transport::Transport& t, GroupState& g, Call& call, int from, int first, int n,
+                   RankAt rank_at, size_t capacity) {
+  CallScratch& s = g.scratch;
+  const int p = g.size();
+  int received = 0;
+  for (uint32_t piece = 0;; ++piece) {
+    const size_t recv_at = call.recvs().size();
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(call.global(from),
+                                            make_tag(TagKind::Descriptor, g.id, call.seq(),
+                                                     piece_index(from, piece, p)),
+                                            s.round_receive.data(), s.round_receive.size());
+                            }),
+                            from, Pending::Kind::Descriptor});
+    call.wait(call.recvs(), recv_at, recv_at + 1);
+    const size_t got = call.recvs()[recv_at].req->length();
+    const uint8_t* in = s.round_receive.data();
+    auto malformed = [&] {
+      return TransportError(call.where() + ": malformed descriptor round from rank " +
+                            std::to_string(call.global(from)) + " (message " +
+                            std::to_string(piece) + " of " + std::to_string(got) +
+                            " bytes; the round carries " + std::to_string(n) + " descriptors)");
+    };
+    if (got <= kPieceHeader || in[0] > 1) throw malformed();
+    size_t at = kPieceHeader;
+    while (at < got) {
+      uint32_t len = 0;
+      if (at + 4 <= got) std::memcpy(&len, in + at, 4);
+      if (received >= n || at + 4 > got || len > capacity || at + 4 + len > got) throw malformed();
+      const int r = rank_at(first + received);
+      std::memcpy(s.receive[r].data(), in + at + 4, len);  // capacity long
+      s.incoming[r] = s.receive[r].data();
+      s.incoming_lengths[r] = len;
+      at += 4 + len;
+      ++received;
+    }
+    if (in[0] == 0) break;
+    if (received >= n) throw malformed();  // more announced, but the round is complete
+  }
+  if (received != n) {
+    throw TransportError(call.where() + ": descriptor round from rank " +
+                         std::to_string(call.global(from)) + " carried " +
+                         std::to_string(received) + " descriptors, not " + std::to_string(n));
+  }
+}
+
+// The all-gather of the serialized descriptors in log-p rounds (d = 2^k):
+//  - Bruck: a rank sends the min(d, p - d) descriptors it holds, its own and the next ranks',
+//    to rank - d, and receives those of rank + d onwards from rank + d;
+//  - recursive doubling (p a power of two), in the group's virtual order: a rank swaps the d
+//    descriptors of its aligned block of positions with position xor d.
+void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
+                     Rounds kind) {
   const int p = g.size();
   CallScratch& s = g.scratch;
   s.incoming.assign(p, nullptr);
   s.incoming_lengths.assign(p, 0);
   s.incoming[g.rank] = s.send.data();
   s.incoming_lengths[g.rank] = s.send.size();
-  const size_t limit = t.max_message_bytes();
-  s.round_receive.resize(std::min(limit, kPieceHeader + bruck_largest_round(p) * (capacity + 4)));
+  s.round_receive.resize(
+      std::min(t.max_message_bytes(), kPieceHeader + bruck_largest_round(p) * (capacity + 4)));
+  const std::vector<int>& order = g.order;
+  const bool rd = kind == Rounds::RecursiveDoubling;
+  const int me =
+      rd ? static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin()) : g.rank;
+  auto by_position = [&](int i) { return order[static_cast<size_t>(i)]; };
+  auto by_rank = [&](int i) { return i % p; };
   int round = 0;
   for (int d = 1; d < p; d <<= 1, ++round) {
-    const int n = std::min(d, p - d);
-    const int to = (g.rank - d + p) % p;
-    const int from = (g.rank + d) % p;
     if (s.round_send.size() <= static_cast<size_t>(round)) s.round_send.emplace_back();
     std::vector<uint8_t>& out = s.round_send[round];
-    std::vector<size_t>& pieces = s.round_pieces;
-    out.assign(kPieceHeader, 0);
-    pieces.assign(1, 0);
-    for (int i = 0; i < n; ++i) {
-      const int r = (g.rank + i) % p;
-      const uint32_t len = static_cast<uint32_t>(s.incoming_lengths[r]);
-      if (out.size() - pieces.back() > kPieceHeader &&
-          out.size() - pieces.back() + 4 + len > limit) {
-        out[pieces.back()] = 1;  // more follows
-        pieces.push_back(out.size());
-        out.push_back(0);
-      }
-      const uint8_t* l = reinterpret_cast<const uint8_t*>(&len);
-      out.insert(out.end(), l, l + 4);
-      out.insert(out.end(), s.incoming[r], s.incoming[r] + len);
-    }
-    for (size_t j = 0; j < pieces.size(); ++j) {
-      const size_t end = j + 1 < pieces.size() ? pieces[j + 1] : out.size();
-      RequestPtr req = call.guarded([&] {
-        return t.send(call.global(to),
-                      make_tag(TagKind::Descriptor, g.id, call.seq(),
-                               piece_index(g.rank, static_cast<uint32_t>(j), p)),
-                      out.data() + pieces[j], end - pieces[j]);
-      });
-      if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
-    }
-    int received = 0;
-    for (uint32_t piece = 0;; ++piece) {
-      const size_t recv_at = call.recvs().size();
-      call.recvs().push_back({call.guarded([&] {
-                                return t.recv(call.global(from),
-                                              make_tag(TagKind::Descriptor, g.id, call.seq(),
-                                                       piece_index(from, piece, p)),
-                                              s.round_receive.data(), s.round_receive.size());
-                              }),
-                              from, Pending::Kind::Descriptor});
-      call.wait(call.recvs(), recv_at, recv_at + 1);
-      const size_t got = call.recvs()[recv_at].req->length();
-      const uint8_t* in = s.round_receive.data();
-      auto malformed = [&] {
-        return TransportError(call.where() + ": malformed descriptor round from rank " +
-                              std::to_string(call.global(from)) + " (message " +
-                              std::to_string(piece) + " of " + std::to_string(got) +
-                              " bytes; the round carries " + std::to_string(n) + " descriptors)");
-      };
-      if (got <= kPieceHeader || in[0] > 1) throw malformed();
-      size_t at = kPieceHeader;
-      while (at < got) {
-        uint32_t len = 0;
-        if (at + 4 <= got) std::memcpy(&len, in + at, 4);
-        if (received >= n || at + 4 > got || len > capacity || at + 4 + len > got)
-          throw malformed();
-        const int r = (from + received) % p;
-        std::memcpy(s.receive[r].data(), in + at + 4, len);  // capacity long
-        s.incoming[r] = s.receive[r].data();
-        s.incoming_lengths[r] = len;
-        at += 4 + len;
-        ++received;
-      }
-      if (in[0] == 0) break;
-      if (received >= n) throw malformed();  // more announced, but the round is complete
-    }
-    if (received != n) {
-      throw TransportError(call.where() + ": descriptor round from rank " +
-                           std::to_string(call.global(from)) + " carried " +
-                           std::to_string(received) + " descriptors, not " + std::to_string(n));
+    if (rd) {
+      const int partner = me ^ d;
+      send_round(t, g, call, by_position(partner), me & ~(d - 1), d, by_position, out);
+      receive_round(t, g, call, by_position(partner), partner & ~(d - 1), d, by_position, capacity);
+    } else {
+      const int n = std::min(d, p - d);
+      send_round(t, g, call, (g.rank - d + p) % p, g.rank, n, by_rank, out);
+      receive_round(t, g, call, (g.rank + d) % p, g.rank + d, n, by_rank, capacity);
     }
   }
   call.wait(call.sends(), 0, call.sends().size());
@@ -339,8 +378,8 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   }
   s.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
-  if (use_bruck(t, g, capacity)) {
-    exchange_bruck(t, g, call, capacity);
+  if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
+    exchange_rounds(t, g, call, capacity, kind);
     const auto& all =
         parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
     s.slots.advance(t, g.members, g.rank, all);

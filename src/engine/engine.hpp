@@ -100,7 +100,8 @@ schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<in
 // The algorithm RDMACOLL_ALGO names, or nullopt for auto.
 const std::optional<schedule::Algorithm>& forced_algorithm();
 // RDMACOLL_DESCRIPTORS: how a call's descriptors travel when no eager slots carry them. Auto:
-// Bruck's log-p all-gather across hosts, the direct round of p - 1 messages on one host.
+// a log-p all-gather across hosts (recursive doubling for powers of two, else Bruck's), the
+// direct round of p - 1 messages on one host. Bruck: Bruck's rounds for any p.
 enum class DescriptorExchange { Auto, Direct, Bruck };
 DescriptorExchange descriptor_exchange();  // read once; InvalidArgument on a bad value
 

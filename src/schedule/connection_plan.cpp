@@ -60,6 +60,9 @@ std::vector<int> connection_plan(const GroupPlan& plan, const std::vector<int>& 
   if (plan.descriptors == DescriptorPeers::Bruck) {
     const std::vector<int> d = plus_minus_powers_of_two(p, rank);  // Bruck's rounds
     v.insert(v.end(), d.begin(), d.end());
+  } else if (plan.descriptors == DescriptorPeers::RecursiveDoubling) {
+    const std::vector<int> d = peers_of(recursive_doubling(order, rank));
+    v.insert(v.end(), d.begin(), d.end());
   } else if (plan.descriptors == DescriptorPeers::Every) {
     for (int r = 0; r < p; ++r)
       v.push_back(r);

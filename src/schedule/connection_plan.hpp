@@ -15,10 +15,11 @@
 
 namespace rdmacoll::schedule {
 
-// Whom a rank sends its call descriptors to: every member (the direct round: today on one
-// host and over verbs), Bruck's rounds (today across hosts over UCX), or only the peers its
-// schedules use (the control plane on the schedule: the scale issue's point 1, not built yet).
-enum class DescriptorPeers { Every, Bruck, Schedule };
+// Whom a rank exchanges its call descriptors with (src/engine/call.cpp): every member (the
+// direct round, on one host), Bruck's rounds (rank +- 2^k), recursive doubling's (rank xor
+// 2^k in the virtual order: across hosts where p is a power of two, the recursive-doubling
+// all-gather's own peers), or no one beyond what the schedules use.
+enum class DescriptorPeers { Every, Bruck, RecursiveDoubling, Schedule };
 
 // What a group runs, as far as connections go.
 struct GroupPlan {

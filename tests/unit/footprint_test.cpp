@@ -59,6 +59,27 @@ std::vector<int> sizes_up_to_4096() {
   return v;
 }
 
+// Where p is a power of two the descriptors take recursive doubling's rounds in the virtual
+// order (src/engine/call.cpp): the recursive-doubling all-gather's own peers, so they add none.
+TEST(ConnectionPlan, RecursiveDoublingDescriptorsAddNoPeer) {
+  for (int p = 4; p <= 4096; p *= 2) {
+    std::vector<int> interleaved(p);  // two "hosts": even positions one, odd the other
+    for (int i = 0; i < p; ++i)
+      interleaved[i] = i % 2 == 0 ? i / 2 : p / 2 + i / 2;
+    for (const auto& order : {identity(p), interleaved}) {
+      for (int rank : sample_ranks(p)) {
+        EXPECT_EQ(
+            connection_plan(
+                {Algorithm::RecursiveDoubling, true, false, DescriptorPeers::RecursiveDoubling},
+                order, rank),
+            connection_plan({Algorithm::RecursiveDoubling, true, false, DescriptorPeers::Schedule},
+                            order, rank))
+            << p << " ranks, rank " << rank;
+      }
+    }
+  }
+}
+
 TEST(ConnectionPlan, BroadcastPeersAreTheTreesOfEveryRoot) {
   for (int p = 2; p <= 33; ++p) {
     for (int rank = 0; rank < p; ++rank) {
@@ -118,7 +139,8 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
       EXPECT_LE(fr.cq_entries, ring_at_4.cq_entries) << p << " ranks";
       if (!schedule::is_power_of_two(p)) continue;
       const auto rd = connection_plan(
-          {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::Bruck}, identity(p), rank);
+          {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::RecursiveDoubling},
+          identity(p), rank);
       const uint64_t bound = 3 * log_p + 2;  // xor 2^k, +- 2^k, the ring's neighbours
       EXPECT_LE(rd.size(), bound) << p << " ranks, rank " << rank;
       const Footprint f = plan(rd.size(), 1);
@@ -134,13 +156,18 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
   // descriptors and broadcasts, against every peer connected at init as before.
   for (int p : {1024, 4096}) {
     const auto rd = connection_plan(
-        {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::Bruck}, identity(p), 5);
+        {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::RecursiveDoubling}, identity(p),
+        5);
+    const auto no_broadcast = connection_plan(
+        {Algorithm::RecursiveDoubling, true, false, DescriptorPeers::RecursiveDoubling},
+        identity(p), 5);
     const Footprint planned = plan(rd.size(), 1);
     const Footprint before = every_peer_at_init(static_cast<uint64_t>(p - 1));
     std::printf(
-        "p=%d: on demand %zu peers, %llu pinned control bytes, %llu CQ entries; every peer at "
-        "init: %llu bytes, %llu CQ entries\n",
-        p, rd.size(), static_cast<unsigned long long>(planned.pinned_control_bytes),
+        "p=%d: on demand %zu peers (%zu without broadcasts), %llu pinned control bytes, %llu CQ "
+        "entries; every peer at init: %llu bytes, %llu CQ entries\n",
+        p, rd.size(), no_broadcast.size(),
+        static_cast<unsigned long long>(planned.pinned_control_bytes),
         static_cast<unsigned long long>(planned.cq_entries),
         static_cast<unsigned long long>(before.pinned_control_bytes),
         static_cast<unsigned long long>(before.cq_entries));

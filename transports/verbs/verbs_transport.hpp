@@ -1,9 +1,9 @@
 #pragma once
-// libibverbs implementation of the transport interface: one RC queue pair per peer, connected
-// out of band (QP numbers and GIDs travel in the address published through the rendezvous
-// store). Data moves with RDMA WRITE WITH IMM straight into the peer's registered output; the
-// immediate (signal_imm32) tells the receiver which call and chunk landed. Control messages
-// (call descriptors) are SENDs into pre-posted receive buffers.
+// libibverbs implementation of the transport interface: RC queue pairs to a peer, made when
+// the pair first talks and connected through the rendezvous store (QP numbers; GIDs travel in
+// the address published at init). Data moves with RDMA WRITE WITH IMM straight into the peer's
+// registered output; the immediate (signal_imm32) tells the receiver which call and chunk
+// landed. Control messages (call descriptors) are SENDs into one shared receive queue.
 
 #include <memory>
 #include <optional>
