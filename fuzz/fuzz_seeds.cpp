@@ -1,15 +1,18 @@
 // Writes the fuzz targets' starting inputs, made by the library's own serializers (so they
 // follow the formats as they change): fuzz_seeds <dir> fills <dir>/<target>/.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bootstrap/address_envelope.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/descriptor_round.hpp"
 #include "topology/topology.hpp"
 
 using namespace rdmacoll;
@@ -105,5 +108,25 @@ int main(int argc, char** argv) {
   Bytes placement{0};
   placement.insert(placement.end(), text.begin(), text.end());
   write(root / "address", "placement", placement);
+
+  // Descriptor rounds: a byte for how many descriptors the round carries, then one message as
+  // pack_round cuts it (the first of several, and a round in one message).
+  for (const auto& [name, bytes, limit] : {std::tuple{"first_of_two", size_t{2300}, size_t{4160}},
+                                           std::tuple{"one_message", size_t{280}, size_t{4160}}}) {
+    const Bytes descriptor = d.serialize();
+    Bytes desc(bytes, 0x33);
+    std::copy(descriptor.begin(),
+              descriptor.begin() + static_cast<std::ptrdiff_t>(std::min(bytes, descriptor.size())),
+              desc.begin());
+    Bytes out;
+    std::vector<size_t> starts;
+    engine::pack_round(
+        2, [&](int) { return std::span<const uint8_t>(desc); }, limit, out, starts);
+    Bytes seed{2};
+    seed.insert(
+        seed.end(), out.begin(),
+        out.begin() + static_cast<std::ptrdiff_t>(starts.size() > 1 ? starts[1] : out.size()));
+    write(root / "descriptor_round", name, seed);
+  }
   return 0;
 }

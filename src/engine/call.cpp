@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/descriptor_round.hpp"
+
 namespace rdmacoll::engine {
 
 void check_usable(const GroupState& g, const char* op) {
@@ -189,13 +191,10 @@ size_t bruck_largest_round(int p) {
   return most;
 }
 
-// One message of a Bruck round: a flag byte (1: another message of this round follows), then
-// whole descriptors, each a 4-byte length and the bytes. A round larger than the transport's
-// largest message (verbs: 4 KiB, where a descriptor with an eager chunk takes 2 KiB) goes as
-// several. Tags must be unique per receiver and call (UCX matches tags across senders): message
-// j of sender r carries index r + j p, below 2^24 while p times the largest round's
-// descriptors (the most messages a round can take) is.
-constexpr size_t kPieceHeader = 1;
+// A round larger than a control message goes as several (engine/descriptor_round.hpp). Tags
+// must be unique per receiver and call (UCX matches tags across senders): message j of sender
+// r carries index r + j p, below 2^24 while p times the largest round's descriptors (the most
+// messages a round can take) is.
 constexpr uint64_t kTagIndexLimit = uint64_t{1} << 24;
 
 uint32_t piece_index(int sender, uint32_t piece, int p) {
@@ -222,60 +221,56 @@ Rounds descriptor_rounds(const transport::Transport& t, const GroupState& g, siz
   const DescriptorExchange mode = descriptor_exchange();
   if (p <= 2 || mode == DescriptorExchange::Direct) return Rounds::Direct;
   if (static_cast<uint64_t>(p) * bruck_largest_round(p) >= kTagIndexLimit) return Rounds::Direct;
-  const bool fits =
-      mode == DescriptorExchange::Auto && g.hosts <= 1
-          ? g.scratch.slots.state() == EagerSlots::State::Off &&
-                kPieceHeader + bruck_largest_round(p) * (capacity + 4) <= t.max_message_bytes()
-          : kPieceHeader + capacity + 4 <= t.max_message_bytes();
+  const bool fits = mode == DescriptorExchange::Auto && g.hosts <= 1
+                        ? g.scratch.slots.state() == EagerSlots::State::Off &&
+                              kRoundMessageHeader + bruck_largest_round(p) * (capacity + 4) <=
+                                  t.max_message_bytes()
+                        : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();
   if (!fits) return Rounds::Direct;
   const bool power_of_two = (p & (p - 1)) == 0;
   return power_of_two && mode != DescriptorExchange::Bruck ? Rounds::RecursiveDoubling
                                                            : Rounds::Bruck;
 }
 
-// Sends the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) to `to`, in
-// one message or several (kPieceHeader).
+// Sends the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) to `to`.
 template <typename RankAt>
 void send_round(transport::Transport& t, GroupState& g, Call& call, int to, int first, int n,
                 RankAt rank_at, std::vector<uint8_t>& out) {
   CallScratch& s = g.scratch;
-  const size_t limit = t.max_message_bytes();
-  std::vector<size_t>& pieces = s.round_pieces;
-  out.assign(kPieceHeader, 0);
-  pieces.assign(1, 0);
-  for (int i = 0; i < n; ++i) {
-    const int r = rank_at(first + i);
-    const uint32_t len = static_cast<uint32_t>(s.incoming_lengths[r]);
-    if (out.size() - pieces.back() > kPieceHeader && out.size() - pieces.back() + 4 + len > limit) {
-      out[pieces.back()] = 1;  // more follows
-      pieces.push_back(out.size());
-      out.push_back(0);
-    }
-    const uint8_t* l = reinterpret_cast<const uint8_t*>(&len);
-    out.insert(out.end(), l, l + 4);
-    out.insert(out.end(), s.incoming[r], s.incoming[r] + len);
-  }
-  for (size_t j = 0; j < pieces.size(); ++j) {
-    const size_t end = j + 1 < pieces.size() ? pieces[j + 1] : out.size();
+  std::vector<size_t>& starts = s.round_pieces;
+  pack_round(
+      n,
+      [&](int i) {
+        const int r = rank_at(first + i);
+        return std::span<const uint8_t>(s.incoming[r], s.incoming_lengths[r]);
+      },
+      t.max_message_bytes(), out, starts);
+  for (size_t j = 0; j < starts.size(); ++j) {
+    const size_t end = j + 1 < starts.size() ? starts[j + 1] : out.size();
     RequestPtr req = call.guarded([&] {
       return t.send(call.global(to),
                     make_tag(TagKind::Descriptor, g.id, call.seq(),
                              piece_index(g.rank, static_cast<uint32_t>(j), g.size())),
-                    out.data() + pieces[j], end - pieces[j]);
+                    out.data() + starts[j], end - starts[j]);
     });
     if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
   }
 }
 
 // Receives the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) from
-// `from`. A message that does not parse (a length past its end or past the descriptor limit,
-// no descriptor, more or fewer descriptors than the round carries) fails the call.
+// `from`; a message that is not one the sender could have packed fails the call.
 template <typename RankAt>
 void receive_round(transport::Transport& t, GroupState& g, Call& call, int from, int first, int n,
                    RankAt rank_at, size_t capacity) {
   CallScratch& s = g.scratch;
   const int p = g.size();
   int received = 0;
+  auto take = [&](int i, std::span<const uint8_t> d) {
+    const int r = rank_at(first + i);
+    std::memcpy(s.receive[r].data(), d.data(), d.size());  // capacity long
+    s.incoming[r] = s.receive[r].data();
+    s.incoming_lengths[r] = d.size();
+  };
   for (uint32_t piece = 0;; ++piece) {
     const size_t recv_at = call.recvs().size();
     call.recvs().push_back({call.guarded([&] {
@@ -286,29 +281,18 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
                             }),
                             from, Pending::Kind::Descriptor});
     call.wait(call.recvs(), recv_at, recv_at + 1);
-    const size_t got = call.recvs()[recv_at].req->length();
-    const uint8_t* in = s.round_receive.data();
-    auto malformed = [&] {
-      return TransportError(call.where() + ": malformed descriptor round from rank " +
-                            std::to_string(call.global(from)) + " (message " +
-                            std::to_string(piece) + " of " + std::to_string(got) +
-                            " bytes; the round carries " + std::to_string(n) + " descriptors)");
-    };
-    if (got <= kPieceHeader || in[0] > 1) throw malformed();
-    size_t at = kPieceHeader;
-    while (at < got) {
-      uint32_t len = 0;
-      if (at + 4 <= got) std::memcpy(&len, in + at, 4);
-      if (received >= n || at + 4 > got || len > capacity || at + 4 + len > got) throw malformed();
-      const int r = rank_at(first + received);
-      std::memcpy(s.receive[r].data(), in + at + 4, len);  // capacity long
-      s.incoming[r] = s.receive[r].data();
-      s.incoming_lengths[r] = len;
-      at += 4 + len;
-      ++received;
+    const std::span<const uint8_t> message(s.round_receive.data(),
+                                           call.recvs()[recv_at].req->length());
+    bool more = false;
+    try {
+      more = parse_round_message(message, n, received, capacity, take);
+    } catch (const TransportError& e) {
+      throw TransportError(call.where() + ": malformed descriptor round from rank " +
+                           std::to_string(call.global(from)) + " (message " +
+                           std::to_string(piece) + ", the round carries " + std::to_string(n) +
+                           " descriptors): " + e.what());
     }
-    if (in[0] == 0) break;
-    if (received >= n) throw malformed();  // more announced, but the round is complete
+    if (!more) break;
   }
   if (received != n) {
     throw TransportError(call.where() + ": descriptor round from rank " +
@@ -330,8 +314,8 @@ void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t 
   s.incoming_lengths.assign(p, 0);
   s.incoming[g.rank] = s.send.data();
   s.incoming_lengths[g.rank] = s.send.size();
-  s.round_receive.resize(
-      std::min(t.max_message_bytes(), kPieceHeader + bruck_largest_round(p) * (capacity + 4)));
+  s.round_receive.resize(std::min(t.max_message_bytes(),
+                                  kRoundMessageHeader + bruck_largest_round(p) * (capacity + 4)));
   const std::vector<int>& order = g.order;
   const bool rd = kind == Rounds::RecursiveDoubling;
   const int me =
