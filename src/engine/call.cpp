@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/descriptor_round.hpp"
+#include "schedule/schedule.hpp"
 
 namespace rdmacoll::engine {
 
@@ -227,9 +228,9 @@ Rounds descriptor_rounds(const transport::Transport& t, const GroupState& g, siz
                                   t.max_message_bytes()
                         : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();
   if (!fits) return Rounds::Direct;
-  const bool power_of_two = (p & (p - 1)) == 0;
-  return power_of_two && mode != DescriptorExchange::Bruck ? Rounds::RecursiveDoubling
-                                                           : Rounds::Bruck;
+  return schedule::is_power_of_two(p) && mode != DescriptorExchange::Bruck
+             ? Rounds::RecursiveDoubling
+             : Rounds::Bruck;
 }
 
 // Sends the descriptors of group ranks rank_at(first), ..., rank_at(first + n - 1) to `to`.
@@ -318,8 +319,11 @@ void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t 
                                   kRoundMessageHeader + bruck_largest_round(p) * (capacity + 4)));
   const std::vector<int>& order = g.order;
   const bool rd = kind == Rounds::RecursiveDoubling;
-  const int me =
-      rd ? static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin()) : g.rank;
+  if (rd && s.order_position < 0) {  // the order is fixed for the group: found once
+    s.order_position =
+        static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin());
+  }
+  const int me = rd ? s.order_position : g.rank;
   auto by_position = [&](int i) { return order[static_cast<size_t>(i)]; };
   auto by_rank = [&](int i) { return i % p; };
   int round = 0;

@@ -30,9 +30,10 @@ struct CallScratch {
   std::vector<engine::Pending> sends;
   std::vector<const uint8_t*> incoming;  // where each member's descriptor is this call
   std::vector<size_t> incoming_lengths;
-  std::vector<std::vector<uint8_t>> round_send;  // across hosts: each Bruck round's messages
-  std::vector<size_t> round_pieces;              // where each message of a round starts
+  std::vector<std::vector<uint8_t>> round_send;  // across hosts: each round's messages
   std::vector<uint8_t> round_receive;            // and the one being received
+  std::vector<size_t> round_pieces;              // where each message of a round starts
+  int order_position = -1;                       // this rank's place in GroupState::order
   engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
   std::vector<const void*> reduce_chunks;

@@ -496,7 +496,6 @@ class VerbsTransport final : public Transport {
                                                         "rank " + std::to_string(r));
       if (!clash.empty()) throw TransportError("verbs: " + clash);
       peers_[r].info = info;
-      peers_[r].their_piece_bytes = info.piece_bytes;
     }
     for (int s = 0; s < kSrqDepth; ++s)
       post_recv(s);
@@ -625,7 +624,7 @@ class VerbsTransport final : public Transport {
     const auto key = std::make_pair(peer, signal_imm32(signal));
     int remaining = 1;
     if (peer >= 0 && peer < world_ && peer != me_) {
-      remaining = lanes_used(length, peers_[peer].their_piece_bytes, lanes_);
+      remaining = lanes_used(length, peers_[peer].info.piece_bytes, lanes_);
       touch(peer);
     }
     if (auto it = arrived_.find(key); it != arrived_.end()) {
@@ -766,8 +765,7 @@ class VerbsTransport final : public Transport {
   struct Peer {
     std::vector<Lane> lanes;  // lane 0 carries control messages; made on first use
     Link link = Link::Down;
-    WireInfo info{};  // from the address published at init
-    size_t their_piece_bytes = size_t{1} << 20;
+    WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
     std::optional<std::string> failure;
     bool idle() const {
       return std::all_of(lanes.begin(), lanes.end(),
@@ -1059,9 +1057,8 @@ class VerbsTransport final : public Transport {
     return id;
   }
 
-  // Stages `build` now if the send queue has room, else when completions make room; the
-  // next flush posts it.
-  // Work for a peer not yet connected waits in the backlog too.
+  // Stages `build` now if the peer is connected and its send queue has room, else when the
+  // connection comes up or completions make room; the next flush posts it.
   void submit(int peer, int lane, std::function<bool(Staged&)> build) {
     Peer& p = peers_[peer];
     touch(peer);
