@@ -14,6 +14,7 @@
 #include "engine/call_descriptor.hpp"
 #include "engine/descriptor_round.hpp"
 #include "topology/topology.hpp"
+#include "transports/verbs/eager_ring.hpp"
 
 using namespace rdmacoll;
 using Bytes = std::vector<uint8_t>;
@@ -127,6 +128,13 @@ int main(int argc, char** argv) {
         seed.end(), out.begin(),
         out.begin() + static_cast<std::ptrdiff_t>(starts.size() > 1 ? starts[1] : out.size()));
     write(root / "descriptor_round", name, seed);
+  }
+  // Eager slots as a peer's NIC leaves them: whole messages of a few lengths.
+  for (size_t n : {size_t{0}, size_t{13}, size_t{300}, size_t{4152}}) {
+    Bytes slot(transport::eager_ring::framed_bytes(n));
+    Bytes payload(n, 0x5a);
+    transport::eager_ring::pack(slot.data(), 7 + n, 0x1234 + n, payload.data(), n);
+    write(root / "eager_slot", "len" + std::to_string(n), slot);
   }
   return 0;
 }

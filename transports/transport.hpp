@@ -189,14 +189,17 @@ class Transport {
   // Work the transport gave the NIC and the kernel (verbs; zeros elsewhere): what a call costs
   // beyond its bytes.
   struct Counters {
-    uint64_t work_requests = 0;   // send-queue work requests posted (sends and write pieces)
-    uint64_t doorbells = 0;       // ibv_post_send calls: one doorbell each
-    uint64_t signaled = 0;        // work requests that asked for a completion
-    uint64_t inline_sends = 0;    // sends whose bytes went in the work request
-    uint64_t completions = 0;     // completion-queue entries polled
-    uint64_t event_syscalls = 0;  // reads of the async-event fd
-    uint64_t keepalives = 0;      // zero-byte writes to peers waited on (dead-host detection)
-    uint64_t striped_writes = 0;  // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
+    uint64_t work_requests = 0;    // send-queue work requests posted (sends and write pieces)
+    uint64_t doorbells = 0;        // ibv_post_send calls: one doorbell each
+    uint64_t signaled = 0;         // work requests that asked for a completion
+    uint64_t inline_sends = 0;     // sends whose bytes went in the work request
+    uint64_t completions = 0;      // completion-queue entries polled
+    uint64_t event_syscalls = 0;   // reads of the async-event fd
+    uint64_t keepalives = 0;       // zero-byte writes to peers waited on (dead-host detection)
+    uint64_t striped_writes = 0;   // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
+    uint64_t eager_writes = 0;     // control messages written into a peer's eager slots
+    uint64_t eager_fallbacks = 0;  // control messages sent for want of a free slot at the peer
+    uint64_t eager_polled = 0;     // messages taken from our slots before their completion came
   };
   virtual Counters counters() const { return {}; }
 
@@ -244,10 +247,11 @@ class Transport {
 };
 
 // The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).
-// 32 bits keep group mod 256, seq mod 256 and index mod 65536: unique among the writes in flight
+// 32 bits keep group mod 256, seq mod 128 and index mod 65536: unique among the writes in flight
 // to one receiver, since a call's writes all land before that receiver starts its next call.
+// Bit 23 stays clear: verbs' eager slots mark their writes with it (verbs/eager_ring.hpp).
 inline uint32_t signal_imm32(uint64_t signal) {
-  return static_cast<uint32_t>(((signal >> 48) & 0xff) << 24 | ((signal >> 24) & 0xff) << 16 |
+  return static_cast<uint32_t>(((signal >> 48) & 0xff) << 24 | ((signal >> 24) & 0x7f) << 16 |
                                (signal & 0xffff));
 }
 

@@ -577,7 +577,9 @@ std::string transport_counters() {
   o << "work_requests=" << c.work_requests << " doorbells=" << c.doorbells
     << " signaled=" << c.signaled << " inline_sends=" << c.inline_sends
     << " completions=" << c.completions << " event_syscalls=" << c.event_syscalls
-    << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes;
+    << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes
+    << " eager_writes=" << c.eager_writes << " eager_fallbacks=" << c.eager_fallbacks
+    << " eager_polled=" << c.eager_polled;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

@@ -470,6 +470,96 @@ TEST(Verbs, AsyncWorkAndTwoThreads) {
   }));
 }
 
+// One counter of detail::transport_counters() ("name=value ...").
+uint64_t transport_counter(const std::string& name) {
+  std::istringstream in(detail::transport_counters());
+  std::string pair;
+  while (in >> pair) {
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return std::stoull(pair.substr(eq + 1));
+  }
+  throw std::runtime_error("no counter " + name);
+}
+
+// `calls` all-gathers of 2 int32 per rank (8 B: inline in the descriptor), every element
+// checked; what the eager counters moved by.
+struct EagerMoves {
+  uint64_t writes = 0, fallbacks = 0, polled = 0;
+};
+EagerMoves small_calls(int rank, int world, int calls) {
+  Tensor in = zeros({2}, DType::Float32);
+  Tensor out = zeros({2 * world}, DType::Float32);
+  const uint64_t w0 = transport_counter("eager_writes");
+  const uint64_t f0 = transport_counter("eager_fallbacks");
+  const uint64_t p0 = transport_counter("eager_polled");
+  for (int iter = 0; iter < calls; ++iter) {
+    testing::fill_input(in, rank, iter);
+    all_gather_into_tensor(out, in);
+    testing::check_gathered(out, world, iter, DType::Float32);
+  }
+  EagerMoves m{transport_counter("eager_writes") - w0, transport_counter("eager_fallbacks") - f0,
+               transport_counter("eager_polled") - p0};
+  std::printf("rank %d: %d calls: eager_writes=%llu eager_fallbacks=%llu eager_polled=%llu\n", rank,
+              calls, static_cast<unsigned long long>(m.writes),
+              static_cast<unsigned long long>(m.fallbacks),
+              static_cast<unsigned long long>(m.polled));
+  return m;
+}
+
+// Small calls' descriptors (their chunks inline) go by RDMA WRITE into the peer's eager slots:
+// every call writes at least one message per peer there, and with credits coming back every
+// half ring none falls back to a SEND. The results are checked element by element.
+TEST(Verbs, EagerSlotsCarrySmallCalls) {
+  for (int world : {2, 3}) {
+    expect_all_ok(run_ranks(world, [](int rank, int p) {
+      require_verbs();
+      const int calls = 200;
+      const EagerMoves m = small_calls(rank, p, calls);
+      RANK_CHECK(m.writes >= static_cast<uint64_t>(calls * (p - 1)),
+                 m.writes << " eager writes for " << calls << " calls");
+      RANK_CHECK(m.fallbacks == 0, m.fallbacks << " messages fell back to SENDs");
+    }));
+  }
+}
+
+// Credits held back (a test hook) past the ring: the first 4 messages to the peer take its 4
+// slots, every later one goes as a SEND, and the two paths mix without a wrong element.
+TEST(Verbs, EagerSlotsFallBackToSendsWithoutCredit) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "4"}, {"RDMACOLL_TEST_EAGER_CREDIT_EVERY", "1000000"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int p) {
+        require_verbs();
+        const uint64_t before = transport_counter("eager_writes");
+        const EagerMoves m = small_calls(rank, p, 60);
+        const uint64_t total = transport_counter("eager_writes");
+        RANK_CHECK(total == 4, total << " eager writes in all (the ring has 4 slots)");
+        RANK_CHECK(m.fallbacks + m.writes >= 60 && m.fallbacks >= 60 - (4 - before),
+                   m.fallbacks << " fallbacks");
+      },
+      opt));
+}
+
+// Eager slots are used by a pair only when both sides have a ring: one rank without them
+// (RDMACOLL_IB_EAGER_SLOTS=0) makes both send, and the calls still check.
+TEST(Verbs, EagerSlotsOffOnOneRankMeansSendsForThePair) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int p) {
+        ::setenv("RDMACOLL_IB_EAGER_SLOTS", rank == 0 ? "0" : "8", 1);
+        init_process_group();
+        require_verbs();
+        const EagerMoves m = small_calls(rank, p, 50);
+        RANK_CHECK(m.writes == 0 && m.fallbacks == 0,
+                   m.writes << " eager writes, " << m.fallbacks << " fallbacks");
+        destroy_process_group();
+      },
+      opt));
+}
+
 TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};

@@ -4,7 +4,9 @@
 // and 64 send buffers (394 KB), later 8 send buffers (32 KiB), and 96 then 64 CQ entries. QPs
 // are made on first use, so with the connection plan (src/schedule/connection_plan.hpp) as the
 // peers a rank touches, the footprint grows as log p for recursive doubling and stays flat for
-// the ring. The SoftRoCE suite checks the live transport reports this plan.
+// the ring. Each connected peer adds its ring of eager slots (35 KB), so that part grows with
+// the peers a rank touches, not with p. The SoftRoCE suite checks the live transport reports
+// this plan.
 
 #include "transports/verbs/footprint.hpp"
 
@@ -185,18 +187,25 @@ TEST(VerbsFootprintPlan, WhatThePeersShareDoesNotGrowWithP) {
       const Footprint f = plan(p - 1, lanes);
       EXPECT_EQ(f.queue_pairs, (p - 1) * lanes);
       EXPECT_EQ(f.connected_peers, p - 1);
-      EXPECT_EQ(f.pinned_control_bytes, none.pinned_control_bytes)
-          << p << " ranks: control buffers must not grow with p";
+      // The shared buffers do not grow with p; each connected peer adds its eager ring only.
+      EXPECT_EQ(plan(p - 1, lanes, 0).pinned_control_bytes, none.pinned_control_bytes)
+          << p << " ranks: shared control buffers must not grow with p";
+      EXPECT_EQ(
+          f.pinned_control_bytes,
+          none.pinned_control_bytes + (p - 1) * eager_ring::block_bytes(eager_ring::kDefaultSlots));
       // Room for every send work request that may be in flight, and every receive.
       EXPECT_EQ(f.cq_entries,
                 std::min<uint64_t>((p - 1) * lanes * kSendDepth, kSendsInFlight) + kSrqDepth + 16);
       EXPECT_LE(f.cq_entries, static_cast<uint64_t>(kSendsInFlight + kSrqDepth + 16));
     }
   }
-  // The figures the scale issue asks for (one QP per peer): 1024 and 4096 ranks.
+  // Even with every peer connected (1024 and 4096 ranks, one QP per peer): the shared buffers
+  // are under 1% of the old per-peer buffers, and with the eager rings under 10%.
   const uint64_t old_per_peer = (32 + 64) * kCtrlBytes;
-  EXPECT_LT(plan(1023, 1).pinned_control_bytes, 1023 * old_per_peer / 100);
-  EXPECT_LT(plan(4095, 1).pinned_control_bytes, 4095 * old_per_peer / 100);
+  EXPECT_LT(plan(1023, 1, 0).pinned_control_bytes, 1023 * old_per_peer / 100);
+  EXPECT_LT(plan(4095, 1, 0).pinned_control_bytes, 4095 * old_per_peer / 100);
+  EXPECT_LT(plan(1023, 1).pinned_control_bytes, 1023 * old_per_peer / 10);
+  EXPECT_LT(plan(4095, 1).pinned_control_bytes, 4095 * old_per_peer / 10);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "transports/transport.hpp"
+#include "transports/verbs/eager_ring.hpp"
 
 namespace rdmacoll::transport::verbs_plan {
 
@@ -40,10 +41,15 @@ constexpr uint64_t cq_entries(uint64_t peers, uint64_t lanes) {
   return std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + kSrqDepth + 16;
 }
 
-// For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER). Pinned control
-// bytes are the registered receive and send buffers.
-constexpr Footprint plan(uint64_t peers, uint64_t lanes) {
-  return {peers * lanes, (kSrqDepth + kSendBuffers) * kCtrlBytes, cq_entries(peers, lanes), peers};
+// For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER) and
+// `eager_slots` eager slots per peer (RDMACOLL_IB_EAGER_SLOTS). Pinned control bytes are the
+// shared receive and send buffers, and each connected peer's ring of eager slots: the one part
+// that grows with the peers, 35 KB each by default, so O(log p) where the schedules are.
+constexpr Footprint plan(uint64_t peers, uint64_t lanes,
+                         int eager_slots = eager_ring::kDefaultSlots) {
+  return {peers * lanes,
+          (kSrqDepth + kSendBuffers) * kCtrlBytes + peers * eager_ring::block_bytes(eager_slots),
+          cq_entries(peers, lanes), peers};
 }
 
 }  // namespace rdmacoll::transport::verbs_plan

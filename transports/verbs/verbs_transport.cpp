@@ -29,6 +29,7 @@
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
 #include "transports/peer_liveness.hpp"
+#include "transports/verbs/eager_ring.hpp"
 #include "transports/verbs/fabric.hpp"
 #include "transports/verbs/footprint.hpp"
 #include "transports/verbs/mr_cache.hpp"
@@ -43,6 +44,7 @@ using verbs_plan::kSendDepth;
 using verbs_plan::kSendsInFlight;
 using verbs_plan::kSrqDepth;
 constexpr size_t kMaxWrite = size_t{1} << 30;
+static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
 // inside the work request (no DMA read of a send buffer) where the device offers it; work
 // requests built between two progress() calls are chained and posted with one doorbell, and only
@@ -330,6 +332,12 @@ int lanes_per_peer() {
   return static_cast<int>(settings::env_uint("RDMACOLL_IB_QPS_PER_PEER", 1, 1, kMaxLanes));
 }
 
+// RDMACOLL_IB_EAGER_SLOTS: eager slots per connected peer (0: control messages go as SENDs).
+int eager_slots_per_peer() {
+  return static_cast<int>(settings::env_uint("RDMACOLL_IB_EAGER_SLOTS", eager_ring::kDefaultSlots,
+                                             0, eager_ring::kMaxSlots));
+}
+
 // RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
 size_t mr_cache_bytes() {
   return settings::env_uint("RDMACOLL_MR_CACHE_MB", 2048, 0, size_t{1} << 30) << 20;
@@ -350,6 +358,11 @@ class VerbsTransport final : public Transport {
     }
     piece_bytes_ = write_piece_bytes();
     lanes_ = lanes_per_peer();
+    eager_slots_ = eager_slots_per_peer();
+    // Credits go back every half ring; the fallback test holds them back longer.
+    credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
+    if (const char* hold = env("RDMACOLL_TEST_EAGER_CREDIT_EVERY"))
+      credit_every_ = std::max<uint64_t>(1, std::strtoull(hold, nullptr, 10));
     read_fabric_settings();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
@@ -409,6 +422,8 @@ class VerbsTransport final : public Transport {
       for (auto& lane : p.lanes) {
         if (lane.qp) ibv_destroy_qp(lane.qp);
       }
+      if (p.eager.mr) ibv_dereg_mr(p.eager.mr);
+      std::free(p.eager.block);
     }
     if (srq_) ibv_destroy_srq(srq_);
     if (cq_) {
@@ -533,31 +548,49 @@ class VerbsTransport final : public Transport {
     std::memcpy(msg.data(), &tag, 8);
     if (length) std::memcpy(msg.data() + 8, data, length);
     const uint32_t id = track(req);
-    if (msg.size() <= inline_max_) {
-      // Inline: the post copies the bytes into the work request; no send buffer.
-      submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) mutable {
-        st.inline_bytes = std::move(msg);  // staging never fails once called (room checked)
-        st.sge.length = static_cast<uint32_t>(st.inline_bytes.size());
-        st.wr.wr_id = make_wr_id(kSendWr, peer, id);
-        st.wr.opcode = IBV_WR_SEND;
+    // Into the peer's eager slots while it has one free, else a SEND (decided when the work
+    // request is built: the peer's slots are known once the pair has connected).
+    submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) {
+      Peer& p = peers_[peer];
+      const bool eager = eager_slot_free(p);
+      Bytes framed;
+      if (eager) {
+        uint64_t tag = 0;
+        std::memcpy(&tag, msg.data(), 8);
+        framed.resize(eager_ring::framed_bytes(msg.size() - 8));
+        eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8);
+      }
+      const Bytes& bytes = eager ? framed : msg;
+      if (bytes.size() <= inline_max_) {
+        // Inline: the post copies the bytes into the work request; no send buffer.
+        st.inline_bytes = bytes;
+        st.sge.length = static_cast<uint32_t>(bytes.size());
         st.wr.send_flags = IBV_SEND_INLINE;
         ++counters_.inline_sends;
-        return true;
-      });
-      return req;
-    }
-    submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) {
-      if (free_send_.empty()) return false;
-      const int slot = free_send_.front();
-      free_send_.pop_front();
-      auto* r = static_cast<VerbsRequest*>(inflight_.at(id).get());
-      r->send_slot = slot;
-      uint8_t* buf = send_buffer(slot);
-      std::memcpy(buf, msg.data(), msg.size());
-      st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
-                ctrl_mr_->mr->lkey};
+      } else {
+        if (free_send_.empty()) return false;
+        const int slot = free_send_.front();
+        free_send_.pop_front();
+        static_cast<VerbsRequest*>(inflight_.at(id).get())->send_slot = slot;
+        uint8_t* buf = send_buffer(slot);
+        std::memcpy(buf, bytes.data(), bytes.size());
+        st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(bytes.size()),
+                  ctrl_mr_->mr->lkey};
+      }
       st.wr.wr_id = make_wr_id(kSendWr, peer, id);
-      st.wr.opcode = IBV_WR_SEND;
+      if (eager) {
+        st.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        st.wr.imm_data = htonl(eager_ring::kImm);
+        st.wr.wr.rdma.remote_addr =
+            p.eager.their_ring +
+            (p.eager.sent % static_cast<uint64_t>(p.eager.their_slots)) * eager_ring::kSlotBytes;
+        st.wr.wr.rdma.rkey = p.eager.their_rkey;
+        ++p.eager.sent;
+        ++counters_.eager_writes;
+      } else {
+        st.wr.opcode = IBV_WR_SEND;
+        if (p.eager.their_slots > 0) ++counters_.eager_fallbacks;
+      }
       return true;
     });
     return req;
@@ -665,6 +698,8 @@ class VerbsTransport final : public Transport {
       for (int i = 0; i < n; ++i)
         handle(wc[i]);
     }
+    for (int peer : eager_peers_)
+      any = poll_eager(peer) || any;
     any = advance_connections(now) || any;
     if (now >= next_keepalive_) {
       next_keepalive_ = now + kKeepaliveInterval;
@@ -721,7 +756,7 @@ class VerbsTransport final : public Transport {
   // The plan for the peers connected so far; the CQ was sized in address() for every peer,
   // which the cap on sends in flight bounds (verbs_plan::cq_entries).
   Footprint footprint() const override {
-    Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_));
+    Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_slots_);
     f.cq_entries = cq_size_;
     return f;
   }
@@ -767,6 +802,20 @@ class VerbsTransport final : public Transport {
     Link link = Link::Down;
     WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
     std::optional<std::string> failure;
+    // Eager slots (eager_ring.hpp): our ring, which the peer writes, and where we write in its
+    // ring. Both sides use them only when both published a ring.
+    struct Eager {
+      uint8_t* block = nullptr;  // our ring, then the credit lines
+      ibv_mr* mr = nullptr;
+      int slots = 0;
+      uint64_t taken = 0;       // messages taken from our ring
+      uint64_t credited = 0;    // `taken` as last written back to the peer
+      uint64_t immediates = 0;  // eager immediates from the peer
+      uint64_t their_ring = 0;
+      uint32_t their_rkey = 0;
+      int their_slots = 0;
+      uint64_t sent = 0;  // messages written into the peer's ring
+    } eager;
     bool idle() const {
       return std::all_of(lanes.begin(), lanes.end(),
                          [](const Lane& l) { return l.in_queue() == 0 && l.backlog.empty(); });
@@ -914,12 +963,20 @@ class VerbsTransport final : public Transport {
     if (p.link != Link::Down || p.failure) return;
     try {
       p.lanes.resize(static_cast<size_t>(lanes_));
-      Bytes qpns(4 * static_cast<size_t>(lanes_));
+      Bytes qpns(4 * static_cast<size_t>(lanes_) + kEagerWire);
       for (int l = 0; l < lanes_; ++l) {
         const uint32_t qpn = create_qp(p.lanes[l]);
         lane_of_qpn_[qpn] = {peer, l};
         std::memcpy(qpns.data() + 4 * l, &qpn, 4);
       }
+      make_eager_ring(peer);
+      const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block);
+      const uint32_t rkey = p.eager.mr ? p.eager.mr->rkey : 0;
+      const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
+      uint8_t* e = qpns.data() + 4 * lanes_;
+      std::memcpy(e, &ring, 8);
+      std::memcpy(e + 8, &rkey, 4);
+      std::memcpy(e + 12, &slots, 4);
       p.link = Link::Offered;
       ++connected_;
       connecting_.push_back(peer);
@@ -955,11 +1012,23 @@ class VerbsTransport final : public Transport {
         const std::string theirs = store_key("qp", peer, me_);
         if (!store_->check(theirs)) return false;
         const Bytes qpns = store_->get(theirs, std::chrono::seconds(10));
-        if (qpns.size() != 4 * static_cast<size_t>(lanes_)) {
+        const size_t want = 4 * static_cast<size_t>(lanes_) + kEagerWire;
+        uint32_t their_slots = 0;
+        if (qpns.size() == want) std::memcpy(&their_slots, qpns.data() + want - 4, 4);
+        if (qpns.size() != want || their_slots > eager_ring::kMaxSlots) {
           mark_failed(peer, "rank " + std::to_string(peer) + " published " +
-                                std::to_string(qpns.size()) + " bytes of QP numbers, not " +
-                                std::to_string(4 * lanes_));
+                                std::to_string(qpns.size()) + " bytes of QP numbers and " +
+                                std::to_string(their_slots) + " eager slots, not " +
+                                std::to_string(want) + " bytes and at most " +
+                                std::to_string(eager_ring::kMaxSlots));
           return true;
+        }
+        if (p.eager.slots > 0 && their_slots > 0) {
+          std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
+          std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
+          p.eager.their_slots = static_cast<int>(their_slots);
+          // The peer writes into our ring only after it has seen our "up", published below.
+          eager_peers_.push_back(peer);
         }
         delay_for_test(me_);
         for (int l = 0; l < lanes_; ++l) {
@@ -1227,35 +1296,146 @@ class VerbsTransport final : public Transport {
   }
 
   void handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
-    {
-      if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        const auto key = std::make_pair(peer, ntohl(wc.imm_data));
-        auto it = expects_.find(key);
-        if (it == expects_.end()) {
-          ++arrived_[key];
-        } else if (--it->second.remaining == 0) {
-          it->second.request->complete();
-          expects_.erase(it);
-        }
-      } else if (lane != 0) {  // control messages travel on lane 0 only
-        mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
-                              std::to_string(lane));
-        return;
-      } else {
-        const uint8_t* buf = recv_buffer(static_cast<int>(slot));
-        uint64_t tag = 0;
-        std::memcpy(&tag, buf, 8);
-        const std::span<const uint8_t> payload(buf + 8, std::max<uint32_t>(wc.byte_len, 8) - 8);
-        const auto key = std::make_pair(peer, tag);
-        auto it = pending_recvs_.find(key);
-        if (it != pending_recvs_.end()) {
-          deliver(static_cast<VerbsRequest&>(*it->second), payload);  // one copy, into place
-          pending_recvs_.erase(it);
-        } else {
-          unexpected_[key] = Bytes(payload.begin(), payload.end());
-        }
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && (ntohl(wc.imm_data) & eager_ring::kImm)) {
+      eager_arrived(peer, lane);
+    } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      const auto key = std::make_pair(peer, ntohl(wc.imm_data));
+      auto it = expects_.find(key);
+      if (it == expects_.end()) {
+        ++arrived_[key];
+      } else if (--it->second.remaining == 0) {
+        it->second.request->complete();
+        expects_.erase(it);
       }
+    } else if (lane != 0) {  // control messages travel on lane 0 only
+      mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
+                            std::to_string(lane));
+    } else {
+      const uint8_t* buf = recv_buffer(static_cast<int>(slot));
+      uint64_t tag = 0;
+      std::memcpy(&tag, buf, 8);
+      dispatch_control(peer, tag,
+                       std::span<const uint8_t>(buf + 8, std::max<uint32_t>(wc.byte_len, 8) - 8));
     }
+  }
+
+  // A control message from `peer`: to its receive if posted (one copy, into place), else kept.
+  void dispatch_control(int peer, uint64_t tag, std::span<const uint8_t> payload) {
+    const auto key = std::make_pair(peer, tag);
+    auto it = pending_recvs_.find(key);
+    if (it != pending_recvs_.end()) {
+      deliver(static_cast<VerbsRequest&>(*it->second), payload);
+      pending_recvs_.erase(it);
+    } else {
+      unexpected_[key] = Bytes(payload.begin(), payload.end());
+    }
+  }
+
+  // Size of the eager part of what a peer publishes with its QP numbers: our ring's address,
+  // its rkey and its slot count.
+  static constexpr size_t kEagerWire = 16;
+
+  // Our ring for `peer`, registered for its writes; none (and SENDs only) if the setting says
+  // 0 or the registration fails.
+  void make_eager_ring(int peer) {
+    Peer::Eager& e = peers_[peer].eager;
+    if (eager_slots_ == 0) return;
+    const size_t bytes = eager_ring::block_bytes(eager_slots_);
+    e.block = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+    if (!e.block) return;
+    std::memset(e.block, 0, bytes);
+    // No relaxed ordering: the receiver trusts a slot by its trailer, so it must land last.
+    constexpr int kRingAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    e.mr = ibv_reg_mr(pd_, e.block, bytes, kRingAccess);
+    if (!e.mr) {
+      log::warn("verbs: no eager slots for rank " + std::to_string(peer) + ": " +
+                registration_error(bytes, errno).what());
+      std::free(e.block);
+      e.block = nullptr;
+      return;
+    }
+    e.slots = eager_slots_;
+  }
+
+  // Whether the next control message to `p` can go into its eager slots: both sides have a
+  // ring and the peer has given back the credit for the slot we would write.
+  static bool eager_slot_free(const Peer& p) {
+    const Peer::Eager& e = p.eager;
+    if (e.their_slots == 0 || p.failure) return false;
+    uint64_t credit = 0;
+    __atomic_load(
+        reinterpret_cast<const uint64_t*>(e.block + eager_ring::credit_in_offset(e.slots)), &credit,
+        __ATOMIC_ACQUIRE);
+    return e.sent - credit < static_cast<uint64_t>(e.their_slots);
+  }
+
+  // Takes the messages that have landed whole in our ring for `peer`, in order; true if any.
+  bool poll_eager(int peer) {
+    Peer& p = peers_[peer];
+    Peer::Eager& e = p.eager;
+    if (p.failure) return false;
+    bool any = false;
+    try {
+      for (;;) {
+        const uint8_t* slot =
+            e.block + (e.taken % static_cast<uint64_t>(e.slots)) * eager_ring::kSlotBytes;
+        const auto m = eager_ring::read(slot, e.taken + 1);
+        if (!m) break;
+        ++e.taken;
+        any = true;
+        if (e.taken > e.immediates) ++counters_.eager_polled;
+        dispatch_control(peer, m->tag, m->payload);
+      }
+    } catch (const std::exception& ex) {
+      mark_failed(
+          peer, "rank " + std::to_string(peer) + " wrote into its eager slots here: " + ex.what());
+      return true;
+    }
+    if (e.taken - e.credited >= credit_every_) return_credit(peer);
+    return any;
+  }
+
+  // An eager write's immediate: its data has landed, so the ring must hold that message now.
+  void eager_arrived(int peer, int lane) {
+    Peer::Eager& e = peers_[peer].eager;
+    ++e.immediates;
+    if (lane != 0 || e.slots == 0 || e.their_slots == 0) {
+      mark_failed(peer, "rank " + std::to_string(peer) +
+                            " made an eager write where it has no eager slots (lane " +
+                            std::to_string(lane) + ")");
+      return;
+    }
+    if (e.taken < e.immediates) poll_eager(peer);
+    if (e.taken < e.immediates && !peers_[peer].failure) {
+      mark_failed(peer, "rank " + std::to_string(peer) + "'s eager write " +
+                            std::to_string(e.immediates) +
+                            " completed without a whole message in its slot");
+    }
+  }
+
+  // Tells `peer` how many of its messages we have taken: a plain 8-byte write into its credit
+  // line, from ours (both registered with the rings). A later one carries a larger count, so
+  // two in flight are harmless.
+  void return_credit(int peer) {
+    Peer::Eager& e = peers_[peer].eager;
+    e.credited = e.taken;
+    uint8_t* out = e.block + eager_ring::credit_out_offset(e.slots);
+    __atomic_store(reinterpret_cast<uint64_t*>(out), &e.taken, __ATOMIC_RELEASE);
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const uint32_t id = track(req);
+    ++req->pieces;
+    const uint64_t from = reinterpret_cast<uint64_t>(out);
+    const uint32_t lkey = e.mr->lkey;
+    const uint64_t to = e.their_ring + eager_ring::credit_in_offset(e.their_slots);
+    const uint32_t rkey = e.their_rkey;
+    submit(peer, 0, [=](Staged& st) {
+      st.sge = {from, 8, lkey};
+      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+      st.wr.opcode = IBV_WR_RDMA_WRITE;
+      st.wr.wr.rdma.remote_addr = to;
+      st.wr.wr.rdma.rkey = rkey;
+      return true;
+    });
   }
 
   // A completion for request `id`'s work request on `peer`'s QP: RC completes in order, so it
@@ -1382,6 +1562,9 @@ class VerbsTransport final : public Transport {
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
   int lanes_ = 1;
+  int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
+  uint64_t credit_every_ = 1;                    // messages taken per credit write
+  std::vector<int> eager_peers_;                 // peers whose messages come by eager slots
   uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
   std::vector<std::pair<int, int>> staged_lanes_;  // (peer, lane) with staged work, each once
   bool async_due_ = true;

@@ -1,0 +1,97 @@
+// The framing of verbs' eager slots (transports/verbs/eager_ring.hpp), without a device: what a
+// sender packs reads back whole, a slot that has not fully landed reads as not yet, and a slot
+// whose head claims a length no slot holds raises.
+
+#include "transports/verbs/eager_ring.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport::eager_ring {
+namespace {
+
+std::vector<uint8_t> payload_of(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>(seed + i * 7);
+  return v;
+}
+
+TEST(VerbsEagerSlot, PacksAndReadsBackEveryLength) {
+  std::vector<uint8_t> slot(kSlotBytes, 0);
+  uint64_t number = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{300}, size_t{4152},
+                   kMaxPayload}) {
+    ++number;
+    const auto data = payload_of(n, static_cast<uint8_t>(number));
+    ASSERT_LE(framed_bytes(n), kSlotBytes) << n;
+    pack(slot.data(), number, 0xabcdef0000 + n, data.data(), n);
+    EXPECT_FALSE(read(slot.data(), number - 1)) << "the previous number must not match";
+    EXPECT_FALSE(read(slot.data(), number + 1)) << "the next number must not match yet";
+    const auto m = read(slot.data(), number);
+    ASSERT_TRUE(m) << n;
+    EXPECT_EQ(m->tag, 0xabcdef0000 + n);
+    ASSERT_EQ(m->payload.size(), n);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), m->payload.begin())) << n;
+  }
+}
+
+// The NIC is still writing: the head has landed but not the trailer (or the head is the old
+// message's), so the reader waits.
+TEST(VerbsEagerSlot, HalfLandedSlotIsNotYetAMessage) {
+  std::vector<uint8_t> sender(kSlotBytes, 0), slot(kSlotBytes, 0);
+  const auto data = payload_of(100, 3);
+  pack(sender.data(), 9, 42, data.data(), data.size());  // the slot's previous message
+  slot = sender;
+  pack(sender.data(), 17, 43, data.data(), data.size());
+  std::memcpy(slot.data(), sender.data(), kHeaderBytes);  // only the head has landed
+  EXPECT_FALSE(read(slot.data(), 17));
+  std::memcpy(slot.data(), sender.data(), framed_bytes(100) - kTrailerBytes);  // all but trailer
+  EXPECT_FALSE(read(slot.data(), 17));
+  slot = sender;
+  const auto m = read(slot.data(), 17);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->tag, 43u);
+  // A trailer alone (head still old) is not a message either.
+  std::vector<uint8_t> tail_only(kSlotBytes, 0);
+  std::memcpy(tail_only.data() + kHeaderBytes, sender.data() + kHeaderBytes,
+              framed_bytes(100) - kHeaderBytes);
+  EXPECT_FALSE(read(tail_only.data(), 17));
+}
+
+// A peer's write claims more than a slot holds: the reader must not read past the slot.
+TEST(VerbsEagerSlot, LengthBeyondTheSlotRaises) {
+  std::vector<uint8_t> slot(kSlotBytes, 0);
+  const uint64_t number = 5;
+  std::memcpy(slot.data(), &number, 8);
+  for (uint32_t len : {static_cast<uint32_t>(kMaxPayload + 1), uint32_t{0xffffffff}}) {
+    std::memcpy(slot.data() + 8, &len, 4);
+    try {
+      (void)read(slot.data(), number);
+      ADD_FAILURE() << len << ": no error";
+    } catch (const TransportError& e) {
+      EXPECT_NE(std::string(e.what()).find("a slot holds"), std::string::npos) << e.what();
+    }
+  }
+  // A sender never packs more than a slot holds.
+  std::vector<uint8_t> big(kMaxPayload + 1);
+  std::vector<uint8_t> out(framed_bytes(big.size()));
+  EXPECT_THROW(pack(out.data(), 1, 0, big.data(), big.size()), TransportError);
+}
+
+TEST(VerbsEagerSlot, BlockLayoutKeepsCreditsOnTheirOwnLines) {
+  for (int slots : {1, kDefaultSlots, kMaxSlots}) {
+    EXPECT_EQ(credit_in_offset(slots) % kLine, 0u);
+    EXPECT_EQ(credit_out_offset(slots), credit_in_offset(slots) + kLine);
+    EXPECT_EQ(block_bytes(slots), credit_out_offset(slots) + kLine);
+  }
+  EXPECT_EQ(block_bytes(0), 0u);
+  EXPECT_EQ(kSlotBytes % kLine, 0u);
+}
+
+}  // namespace
+}  // namespace rdmacoll::transport::eager_ring

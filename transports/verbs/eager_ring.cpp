@@ -1,0 +1,58 @@
+#include "transports/verbs/eager_ring.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport::eager_ring {
+
+namespace {
+
+// The NIC writes the slot while we read it: the numbers are read as atomics, the rest only
+// after both matched.
+uint64_t load_number(const uint8_t* at) {
+  uint64_t v;
+  __atomic_load(reinterpret_cast<const uint64_t*>(at), &v, __ATOMIC_ACQUIRE);
+  return v;
+}
+
+void store_number(uint8_t* at, uint64_t v) {
+  __atomic_store(reinterpret_cast<uint64_t*>(at), &v, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length) {
+  if (length > kMaxPayload) {
+    throw TransportError("eager slot: a message of " + std::to_string(length) +
+                         " bytes does not fit a slot of " + std::to_string(kMaxPayload));
+  }
+  const uint32_t len = static_cast<uint32_t>(length);
+  std::memset(out + 8, 0, kHeaderBytes - 8);
+  std::memcpy(out + 8, &len, 4);
+  std::memcpy(out + 16, &tag, 8);
+  if (length) std::memcpy(out + kHeaderBytes, data, length);
+  std::memset(out + kHeaderBytes + length, 0, round8(length) - length);
+  store_number(out + kHeaderBytes + round8(length), number);
+  store_number(out, number);
+}
+
+std::optional<Message> read(const uint8_t* slot, uint64_t number) {
+  if (load_number(slot) != number) return std::nullopt;
+  uint32_t len = 0;
+  std::memcpy(&len, slot + 8, 4);
+  if (len > kMaxPayload) {
+    throw TransportError("eager slot: message " + std::to_string(number) + " claims " +
+                         std::to_string(len) + " bytes; a slot holds " +
+                         std::to_string(kMaxPayload));
+  }
+  if (load_number(slot + kHeaderBytes + round8(len)) != number) return std::nullopt;
+  Message m;
+  std::memcpy(&m.tag, slot + 16, 8);
+  m.payload = std::span<const uint8_t>(slot + kHeaderBytes, len);
+  return m;
+}
+
+}  // namespace rdmacoll::transport::eager_ring
