@@ -26,9 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (m->payload.data() < lo || m->payload.data() + m->payload.size() > lo + kSlotBytes)
       std::abort();
     std::vector<uint8_t> again(kSlotBytes, 0);
-    pack(again.data(), number, m->tag, m->payload.data(), m->payload.size());
+    pack(again.data(), number, m->tag, m->payload.data(), m->payload.size(), m->credit);
     const auto back = read(again.data(), number);
-    if (!back || back->tag != m->tag || back->payload.size() != m->payload.size() ||
+    if (!back || back->tag != m->tag || back->credit != m->credit ||
+        back->payload.size() != m->payload.size() ||
         !std::equal(back->payload.begin(), back->payload.end(), m->payload.begin()))
       std::abort();
   } catch (const rdmacoll::Error&) {

@@ -199,7 +199,10 @@ class Transport {
     uint64_t striped_writes = 0;   // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
     uint64_t eager_writes = 0;     // control messages written into a peer's eager slots
     uint64_t eager_fallbacks = 0;  // control messages sent for want of a free slot at the peer
-    uint64_t eager_polled = 0;     // messages taken from our slots before their completion came
+    uint64_t eager_credit_writes = 0;  // credits written back (no message of ours carried them)
+    uint64_t eager_sleeps = 0;         // sleeps announced to the peers that write our eager slots
+    uint64_t eager_rings = 0;          // wake-ups rung at peers that announced a sleep
+    uint64_t eager_late = 0;  // eager messages found after a sleep that ran to its timeout (0)
   };
   virtual Counters counters() const { return {}; }
 
@@ -249,7 +252,7 @@ class Transport {
 // The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).
 // 32 bits keep group mod 256, seq mod 128 and index mod 65536: unique among the writes in flight
 // to one receiver, since a call's writes all land before that receiver starts its next call.
-// Bit 23 stays clear: verbs' eager slots mark their writes with it (verbs/eager_ring.hpp).
+// Bit 23 stays clear: verbs' eager slots mark their wake-ups with it (verbs/eager_ring.hpp).
 inline uint32_t signal_imm32(uint64_t signal) {
   return static_cast<uint32_t>(((signal >> 48) & 0xff) << 24 | ((signal >> 24) & 0x7f) << 16 |
                                (signal & 0xffff));

@@ -579,7 +579,8 @@ std::string transport_counters() {
     << " completions=" << c.completions << " event_syscalls=" << c.event_syscalls
     << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes
     << " eager_writes=" << c.eager_writes << " eager_fallbacks=" << c.eager_fallbacks
-    << " eager_polled=" << c.eager_polled;
+    << " eager_credit_writes=" << c.eager_credit_writes << " eager_sleeps=" << c.eager_sleeps
+    << " eager_rings=" << c.eager_rings << " eager_late=" << c.eager_late;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

@@ -482,27 +482,36 @@ uint64_t transport_counter(const std::string& name) {
 }
 
 // `calls` all-gathers of 2 int32 per rank (8 B: inline in the descriptor), every element
-// checked; what the eager counters moved by.
+// checked; what the eager counters moved by. No message may ever be found only after a sleep
+// ran to its timeout (a ring that never came).
 struct EagerMoves {
-  uint64_t writes = 0, fallbacks = 0, polled = 0;
+  uint64_t writes = 0, fallbacks = 0, sleeps = 0, rings = 0;
 };
 EagerMoves small_calls(int rank, int world, int calls) {
   Tensor in = zeros({2}, DType::Float32);
   Tensor out = zeros({2 * world}, DType::Float32);
-  const uint64_t w0 = transport_counter("eager_writes");
-  const uint64_t f0 = transport_counter("eager_fallbacks");
-  const uint64_t p0 = transport_counter("eager_polled");
+  const char* names[] = {"eager_writes", "eager_fallbacks", "eager_sleeps", "eager_rings",
+                         "eager_late"};
+  uint64_t before[5], after[5];
+  for (int i = 0; i < 5; ++i)
+    before[i] = transport_counter(names[i]);
   for (int iter = 0; iter < calls; ++iter) {
     testing::fill_input(in, rank, iter);
     all_gather_into_tensor(out, in);
     testing::check_gathered(out, world, iter, DType::Float32);
   }
-  EagerMoves m{transport_counter("eager_writes") - w0, transport_counter("eager_fallbacks") - f0,
-               transport_counter("eager_polled") - p0};
-  std::printf("rank %d: %d calls: eager_writes=%llu eager_fallbacks=%llu eager_polled=%llu\n", rank,
-              calls, static_cast<unsigned long long>(m.writes),
-              static_cast<unsigned long long>(m.fallbacks),
-              static_cast<unsigned long long>(m.polled));
+  for (int i = 0; i < 5; ++i)
+    after[i] = transport_counter(names[i]);
+  const EagerMoves m{after[0] - before[0], after[1] - before[1], after[2] - before[2],
+                     after[3] - before[3]};
+  std::printf(
+      "rank %d: %d calls: eager_writes=%llu eager_fallbacks=%llu eager_sleeps=%llu "
+      "eager_rings=%llu eager_late=%llu\n",
+      rank, calls, static_cast<unsigned long long>(m.writes),
+      static_cast<unsigned long long>(m.fallbacks), static_cast<unsigned long long>(m.sleeps),
+      static_cast<unsigned long long>(m.rings),
+      static_cast<unsigned long long>(after[4] - before[4]));
+  RANK_CHECK(after[4] == before[4], after[4] - before[4] << " eager messages found late");
   return m;
 }
 
@@ -522,11 +531,31 @@ TEST(Verbs, EagerSlotsCarrySmallCalls) {
   }
 }
 
+// RDMACOLL_SPIN_US=0: every wait sleeps at once, so every call runs the sleep handshake: the
+// receiver announces its sleep epoch, the writer rings it after its write has landed. A lost
+// wake-up would show as a message found only after poll()'s 100 ms timeout (eager_late).
+TEST(Verbs, EagerSlotsWakeReceiversThatSleep) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_SPIN_US", "0"}};
+  for (int world : {2, 3}) {
+    expect_all_ok(run_ranks(
+        world,
+        [](int rank, int p) {
+          require_verbs();
+          const EagerMoves m = small_calls(rank, p, 200);
+          RANK_CHECK(m.writes >= static_cast<uint64_t>(200 * (p - 1)), m.writes << " writes");
+          // The rank that comes first to a call sleeps; the later one rings it.
+          RANK_CHECK(m.sleeps + m.rings > 0, "neither slept nor rang with RDMACOLL_SPIN_US=0");
+        },
+        opt));
+  }
+}
+
 // Credits held back (a test hook) past the ring: the first 4 messages to the peer take its 4
 // slots, every later one goes as a SEND, and the two paths mix without a wrong element.
 TEST(Verbs, EagerSlotsFallBackToSendsWithoutCredit) {
   RunOptions opt;
-  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "4"}, {"RDMACOLL_TEST_EAGER_CREDIT_EVERY", "1000000"}};
+  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "4"}, {"RDMACOLL_TEST_EAGER_HOLD_CREDITS", "1"}};
   expect_all_ok(run_ranks(
       2,
       [](int rank, int p) {
@@ -537,6 +566,31 @@ TEST(Verbs, EagerSlotsFallBackToSendsWithoutCredit) {
         RANK_CHECK(total == 4, total << " eager writes in all (the ring has 4 slots)");
         RANK_CHECK(m.fallbacks + m.writes >= 60 && m.fallbacks >= 60 - (4 - before),
                    m.fallbacks << " fallbacks");
+      },
+      opt));
+}
+
+// Five ranks, each its own host: the descriptors ride Bruck's rounds (rank - 2^k), so some
+// pairs carry messages one way only (rank r + 2 writes to r, r never to r + 2) and the
+// receiver's credits cannot ride on messages of its own: it writes them back every half ring.
+// Without them the writer would run out of slots after 8 messages and fall back to SENDs.
+TEST(Verbs, EagerSlotsCreditsComeBackOneWay) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      5,
+      [](int rank, int p) {
+        ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
+        init_process_group();
+        require_verbs();
+        const uint64_t credits = transport_counter("eager_credit_writes");
+        const EagerMoves m = small_calls(rank, p, 100);
+        const uint64_t wrote = transport_counter("eager_credit_writes") - credits;
+        std::printf("rank %d: eager_credit_writes=%llu\n", rank,
+                    static_cast<unsigned long long>(wrote));
+        RANK_CHECK(m.fallbacks == 0, m.fallbacks << " messages fell back to SENDs");
+        RANK_CHECK(wrote > 0, "no credit written back");
+        destroy_process_group();
       },
       opt));
 }

@@ -29,12 +29,13 @@ TEST(VerbsEagerSlot, PacksAndReadsBackEveryLength) {
     ++number;
     const auto data = payload_of(n, static_cast<uint8_t>(number));
     ASSERT_LE(framed_bytes(n), kSlotBytes) << n;
-    pack(slot.data(), number, 0xabcdef0000 + n, data.data(), n);
+    pack(slot.data(), number, 0xabcdef0000 + n, data.data(), n, static_cast<uint32_t>(n * 3));
     EXPECT_FALSE(read(slot.data(), number - 1)) << "the previous number must not match";
     EXPECT_FALSE(read(slot.data(), number + 1)) << "the next number must not match yet";
     const auto m = read(slot.data(), number);
     ASSERT_TRUE(m) << n;
     EXPECT_EQ(m->tag, 0xabcdef0000 + n);
+    EXPECT_EQ(m->credit, n * 3);
     ASSERT_EQ(m->payload.size(), n);
     EXPECT_TRUE(std::equal(data.begin(), data.end(), m->payload.begin())) << n;
   }
@@ -63,6 +64,23 @@ TEST(VerbsEagerSlot, HalfLandedSlotIsNotYetAMessage) {
   EXPECT_FALSE(read(tail_only.data(), 17));
 }
 
+// A credit travels as its low 32 bits; the sender, having sent `sent`, widens it back from
+// anywhere in [sent - slots, sent], across the 2^32 boundary too. A credit from beyond `sent`
+// (a lie) never widens into that range.
+TEST(VerbsEagerSlot, CreditWidensBackAcrossTheWrap) {
+  for (uint64_t sent : {uint64_t{0}, uint64_t{5}, uint64_t{1} << 32, (uint64_t{1} << 32) + 3,
+                        (uint64_t{7} << 32) - 2, ~uint64_t{0} >> 1}) {
+    for (uint64_t back = 0; back <= static_cast<uint64_t>(kMaxSlots) && back <= sent; ++back) {
+      const uint64_t count = sent - back;
+      EXPECT_EQ(widen_credit(static_cast<uint32_t>(count), sent), count) << sent << " " << back;
+    }
+    // A lie lands outside [sent - slots, sent]: above `sent` (ignored) or 2^32 back (below
+    // the credit already known, which only grows).
+    const uint64_t lie = widen_credit(static_cast<uint32_t>(sent + 1), sent);
+    EXPECT_TRUE(lie > sent || lie + kMaxSlots < sent) << sent << " widened a lie to " << lie;
+  }
+}
+
 // A peer's write claims more than a slot holds: the reader must not read past the slot.
 TEST(VerbsEagerSlot, LengthBeyondTheSlotRaises) {
   std::vector<uint8_t> slot(kSlotBytes, 0);
@@ -83,11 +101,16 @@ TEST(VerbsEagerSlot, LengthBeyondTheSlotRaises) {
   EXPECT_THROW(pack(out.data(), 1, 0, big.data(), big.size()), TransportError);
 }
 
-TEST(VerbsEagerSlot, BlockLayoutKeepsCreditsOnTheirOwnLines) {
+// The words peers write (credit and sleep epoch in) and the sources of ours (out) each have a
+// line of their own after the slots, so no NIC write shares a line with a slot being polled.
+TEST(VerbsEagerSlot, BlockLayoutKeepsCreditsAndEpochsOnTheirOwnLines) {
   for (int slots : {1, kDefaultSlots, kMaxSlots}) {
+    EXPECT_EQ(credit_in_offset(slots), static_cast<size_t>(slots) * kSlotBytes);
     EXPECT_EQ(credit_in_offset(slots) % kLine, 0u);
     EXPECT_EQ(credit_out_offset(slots), credit_in_offset(slots) + kLine);
-    EXPECT_EQ(block_bytes(slots), credit_out_offset(slots) + kLine);
+    EXPECT_EQ(epoch_in_offset(slots), credit_out_offset(slots) + kLine);
+    EXPECT_EQ(epoch_out_offset(slots), epoch_in_offset(slots) + kLine);
+    EXPECT_EQ(block_bytes(slots), epoch_out_offset(slots) + kLine);
   }
   EXPECT_EQ(block_bytes(0), 0u);
   EXPECT_EQ(kSlotBytes % kLine, 0u);

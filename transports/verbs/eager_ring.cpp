@@ -24,7 +24,8 @@ void store_number(uint8_t* at, uint64_t v) {
 
 }  // namespace
 
-void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length) {
+void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length,
+          uint32_t credit) {
   if (length > kMaxPayload) {
     throw TransportError("eager slot: a message of " + std::to_string(length) +
                          " bytes does not fit a slot of " + std::to_string(kMaxPayload));
@@ -32,6 +33,7 @@ void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t 
   const uint32_t len = static_cast<uint32_t>(length);
   std::memset(out + 8, 0, kHeaderBytes - 8);
   std::memcpy(out + 8, &len, 4);
+  std::memcpy(out + 12, &credit, 4);
   std::memcpy(out + 16, &tag, 8);
   if (length) std::memcpy(out + kHeaderBytes, data, length);
   std::memset(out + kHeaderBytes + length, 0, round8(length) - length);
@@ -50,6 +52,7 @@ std::optional<Message> read(const uint8_t* slot, uint64_t number) {
   }
   if (load_number(slot + kHeaderBytes + round8(len)) != number) return std::nullopt;
   Message m;
+  std::memcpy(&m.credit, slot + 12, 4);
   std::memcpy(&m.tag, slot + 16, 8);
   m.payload = std::span<const uint8_t>(slot + kHeaderBytes, len);
   return m;

@@ -268,6 +268,7 @@ class VerbsRequest final : public Request {
   explicit VerbsRequest(int peer) : Request(peer) {}
   int pieces = 0;      // outstanding work requests of a write
   int send_slot = -1;  // control send buffer in use
+  bool eager = false;  // a control message written into the peer's eager slots
   void* recv_buffer = nullptr;
   size_t recv_capacity = 0;
 };
@@ -359,10 +360,11 @@ class VerbsTransport final : public Transport {
     piece_bytes_ = write_piece_bytes();
     lanes_ = lanes_per_peer();
     eager_slots_ = eager_slots_per_peer();
-    // Credits go back every half ring; the fallback test holds them back longer.
+    // A credit write goes back after half a ring taken without a message to carry it. The
+    // fallback test's hook (RDMACOLL_TEST_EAGER_HOLD_CREDITS=1) gives no credit at all.
     credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
-    if (const char* hold = env("RDMACOLL_TEST_EAGER_CREDIT_EVERY"))
-      credit_every_ = std::max<uint64_t>(1, std::strtoull(hold, nullptr, 10));
+    const char* hold = env("RDMACOLL_TEST_EAGER_HOLD_CREDITS");
+    hold_credits_ = hold && std::string(hold) == "1";
     read_fabric_settings();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
@@ -558,7 +560,9 @@ class VerbsTransport final : public Transport {
         uint64_t tag = 0;
         std::memcpy(&tag, msg.data(), 8);
         framed.resize(eager_ring::framed_bytes(msg.size() - 8));
-        eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8);
+        // It carries our credit to the peer: no separate credit write while we both send.
+        eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8,
+                         hold_credits_ ? 0 : static_cast<uint32_t>(p.eager.taken));
       }
       const Bytes& bytes = eager ? framed : msg;
       if (bytes.size() <= inline_max_) {
@@ -579,13 +583,15 @@ class VerbsTransport final : public Transport {
       }
       st.wr.wr_id = make_wr_id(kSendWr, peer, id);
       if (eager) {
-        st.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        st.wr.imm_data = htonl(eager_ring::kImm);
+        // A plain write: the receiver polls its ring (and is rung if it sleeps, eager_ring.hpp).
+        static_cast<VerbsRequest*>(inflight_.at(id).get())->eager = true;
+        st.wr.opcode = IBV_WR_RDMA_WRITE;
         st.wr.wr.rdma.remote_addr =
             p.eager.their_ring +
             (p.eager.sent % static_cast<uint64_t>(p.eager.their_slots)) * eager_ring::kSlotBytes;
         st.wr.wr.rdma.rkey = p.eager.their_rkey;
         ++p.eager.sent;
+        p.eager.credited = p.eager.taken;
         ++counters_.eager_writes;
       } else {
         st.wr.opcode = IBV_WR_SEND;
@@ -700,6 +706,7 @@ class VerbsTransport final : public Transport {
     }
     for (int peer : eager_peers_)
       any = poll_eager(peer) || any;
+    slept_to_timeout_ = false;
     any = advance_connections(now) || any;
     if (now >= next_keepalive_) {
       next_keepalive_ = now + kKeepaliveInterval;
@@ -722,7 +729,16 @@ class VerbsTransport final : public Transport {
       t.it_value.tv_nsec = static_cast<long>(std::max<int64_t>(ns.count() % 1'000'000'000, 1000));
       ::timerfd_settime(connect_timer_, 0, &t, nullptr);
     }
-    if (armed_) return true;
+    if (!eager_peers_.empty() && !sleep_announced_) {
+      // Eager writes complete nothing here: tell the ring peers first (eager_ring.hpp). The
+      // writes' completions wake us, and progress() looks at the rings after them.
+      announce_sleep();
+      return false;
+    }
+    if (armed_) {
+      sleep_began_ = Clock::now();
+      return true;
+    }
     ibv_req_notify_cq(cq_, 0);
     armed_ = true;
     return false;  // the caller progresses once more before sleeping: no lost wakeup
@@ -742,13 +758,17 @@ class VerbsTransport final : public Transport {
     if (::read(connect_timer_, &expirations, sizeof expirations) < 0) expirations = 0;
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
-    if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {  // the channel fd is non-blocking
+    const bool completion = ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0;
+    if (completion) {  // the channel fd is non-blocking
       if (++unacked_events_ >= 64) {
         ibv_ack_cq_events(cq_, unacked_events_);
         unacked_events_ = 0;
       }
       armed_ = false;
     }
+    // poll() gives up after 100 ms: a sleep that long which no completion or timer ended.
+    slept_to_timeout_ = !completion && expirations == 0 &&
+                        Clock::now() - sleep_began_ >= std::chrono::milliseconds(90);
   }
 
   uint64_t registrations() const override { return cache_->stats().registrations; }
@@ -805,12 +825,13 @@ class VerbsTransport final : public Transport {
     // Eager slots (eager_ring.hpp): our ring, which the peer writes, and where we write in its
     // ring. Both sides use them only when both published a ring.
     struct Eager {
-      uint8_t* block = nullptr;  // our ring, then the credit lines
+      uint8_t* block = nullptr;  // our ring, then the credit and epoch lines
       ibv_mr* mr = nullptr;
       int slots = 0;
-      uint64_t taken = 0;       // messages taken from our ring
-      uint64_t credited = 0;    // `taken` as last written back to the peer
-      uint64_t immediates = 0;  // eager immediates from the peer
+      uint64_t taken = 0;     // messages taken from our ring
+      uint64_t credited = 0;  // `taken` as last written back to the peer
+      uint64_t rung = 0;      // the peer's sleep epoch we last rang it for
+      uint64_t credit = 0;    // the highest credit the peer's messages carried
       uint64_t their_ring = 0;
       uint32_t their_rkey = 0;
       int their_slots = 0;
@@ -1027,8 +1048,10 @@ class VerbsTransport final : public Transport {
           std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
           std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
           p.eager.their_slots = static_cast<int>(their_slots);
-          // The peer writes into our ring only after it has seen our "up", published below.
+          // The peer writes into our ring only after it has seen our "up", published below; it
+          // has no sleep epoch of ours yet, so the next sleep announces one to all.
           eager_peers_.push_back(peer);
+          sleep_announced_ = false;
         }
         delay_for_test(me_);
         for (int l = 0; l < lanes_; ++l) {
@@ -1297,7 +1320,9 @@ class VerbsTransport final : public Transport {
 
   void handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
     if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && (ntohl(wc.imm_data) & eager_ring::kImm)) {
-      eager_arrived(peer, lane);
+      // A ring: a peer found our sleep epoch. It will not ring again for that epoch, so the
+      // next sleep announces a new one.
+      sleep_announced_ = false;
     } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
       const auto key = std::make_pair(peer, ntohl(wc.imm_data));
       auto it = expects_.find(key);
@@ -1366,7 +1391,7 @@ class VerbsTransport final : public Transport {
     __atomic_load(
         reinterpret_cast<const uint64_t*>(e.block + eager_ring::credit_in_offset(e.slots)), &credit,
         __ATOMIC_ACQUIRE);
-    return e.sent - credit < static_cast<uint64_t>(e.their_slots);
+    return e.sent - std::max(credit, e.credit) < static_cast<uint64_t>(e.their_slots);
   }
 
   // Takes the messages that have landed whole in our ring for `peer`, in order; true if any.
@@ -1383,7 +1408,11 @@ class VerbsTransport final : public Transport {
         if (!m) break;
         ++e.taken;
         any = true;
-        if (e.taken > e.immediates) ++counters_.eager_polled;
+        // A credit above what we sent is a lie that would only cost the peer its own slots;
+        // it is ignored all the same.
+        const uint64_t credit = eager_ring::widen_credit(m->credit, e.sent);
+        if (credit <= e.sent) e.credit = std::max(e.credit, credit);
+        if (slept_to_timeout_) ++counters_.eager_late;  // it landed and no ring woke us
         dispatch_control(peer, m->tag, m->payload);
       }
     } catch (const std::exception& ex) {
@@ -1391,42 +1420,67 @@ class VerbsTransport final : public Transport {
           peer, "rank " + std::to_string(peer) + " wrote into its eager slots here: " + ex.what());
       return true;
     }
-    if (e.taken - e.credited >= credit_every_) return_credit(peer);
+    if (e.taken - e.credited >= credit_every_ && !hold_credits_) return_credit(peer);
     return any;
   }
 
-  // An eager write's immediate: its data has landed, so the ring must hold that message now.
-  void eager_arrived(int peer, int lane) {
-    Peer::Eager& e = peers_[peer].eager;
-    ++e.immediates;
-    if (lane != 0 || e.slots == 0 || e.their_slots == 0) {
-      mark_failed(peer, "rank " + std::to_string(peer) +
-                            " made an eager write where it has no eager slots (lane " +
-                            std::to_string(lane) + ")");
-      return;
-    }
-    if (e.taken < e.immediates) poll_eager(peer);
-    if (e.taken < e.immediates && !peers_[peer].failure) {
-      mark_failed(peer, "rank " + std::to_string(peer) + "'s eager write " +
-                            std::to_string(e.immediates) +
-                            " completed without a whole message in its slot");
-    }
-  }
-
   // Tells `peer` how many of its messages we have taken: a plain 8-byte write into its credit
-  // line, from ours (both registered with the rings). A later one carries a larger count, so
-  // two in flight are harmless.
+  // line. A later one carries a larger count, so two in flight are harmless.
   void return_credit(int peer) {
     Peer::Eager& e = peers_[peer].eager;
     e.credited = e.taken;
-    uint8_t* out = e.block + eager_ring::credit_out_offset(e.slots);
-    __atomic_store(reinterpret_cast<uint64_t*>(out), &e.taken, __ATOMIC_RELEASE);
+    ++counters_.eager_credit_writes;
+    write_word(peer, eager_ring::credit_out_offset(e.slots), e.taken,
+               eager_ring::credit_in_offset(e.their_slots));
+  }
+
+  // Before a sleep: a new epoch into every ring peer's block (eager_ring.hpp).
+  void announce_sleep() {
+    sleep_announced_ = true;
+    ++sleep_epoch_;
+    ++counters_.eager_sleeps;
+    for (int peer : eager_peers_) {
+      const Peer::Eager& e = peers_[peer].eager;
+      if (peers_[peer].failure) continue;
+      write_word(peer, eager_ring::epoch_out_offset(e.slots), sleep_epoch_,
+                 eager_ring::epoch_in_offset(e.their_slots));
+    }
+  }
+
+  // After an eager write to `peer` has landed: ring it if it announced a sleep we have not rung
+  // for (a zero-byte write whose immediate completes at the peer and wakes it).
+  void wake_if_asleep(int peer) {
+    Peer& p = peers_[peer];
+    Peer::Eager& e = p.eager;
+    uint64_t epoch = 0;
+    __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::epoch_in_offset(e.slots)),
+                  &epoch, __ATOMIC_ACQUIRE);
+    if (epoch <= e.rung || p.failure) return;
+    e.rung = epoch;
+    ++counters_.eager_rings;
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const uint32_t id = track(req);
+    ++req->pieces;
+    submit(peer, 0, [peer, id](Staged& st) {
+      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+      st.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // zero bytes: no address or key is checked
+      st.wr.imm_data = htonl(eager_ring::kImm);
+      return true;
+    });
+  }
+
+  // Writes `value` into the peer's block at `their_offset`, from our block's line at
+  // `our_offset` (registered with the ring); a request nobody waits for.
+  void write_word(int peer, size_t our_offset, uint64_t value, size_t their_offset) {
+    const Peer::Eager& e = peers_[peer].eager;
+    uint8_t* out = e.block + our_offset;
+    __atomic_store(reinterpret_cast<uint64_t*>(out), &value, __ATOMIC_RELEASE);
     auto req = std::make_shared<VerbsRequest>(peer);
     const uint32_t id = track(req);
     ++req->pieces;
     const uint64_t from = reinterpret_cast<uint64_t>(out);
     const uint32_t lkey = e.mr->lkey;
-    const uint64_t to = e.their_ring + eager_ring::credit_in_offset(e.their_slots);
+    const uint64_t to = e.their_ring + their_offset;
     const uint32_t rkey = e.their_rkey;
     submit(peer, 0, [=](Staged& st) {
       st.sge = {from, 8, lkey};
@@ -1466,6 +1520,7 @@ class VerbsTransport final : public Transport {
       }
       if (--req->pieces <= 0 || !ok) {
         if (ok && req->state() == Request::State::Pending) req->complete();
+        if (ok && req->eager) wake_if_asleep(peer);  // it has landed: now look at the epoch
         if (!ok && req->state() == Request::State::Pending) {
           req->fail(p.failure.value_or("send to rank " + std::to_string(peer) + " failed"));
         }
@@ -1564,7 +1619,12 @@ class VerbsTransport final : public Transport {
   int lanes_ = 1;
   int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
   uint64_t credit_every_ = 1;                    // messages taken per credit write
+  bool hold_credits_ = false;                    // a test's: credits never go back
   std::vector<int> eager_peers_;                 // peers whose messages come by eager slots
+  uint64_t sleep_epoch_ = 0;                     // our last sleep epoch announced to the ring peers
+  bool sleep_announced_ = false;                 // and no peer has rung for it since
+  Clock::time_point sleep_began_{};
+  bool slept_to_timeout_ = false;      // the last sleep ended by poll()'s timeout
   uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
   std::vector<std::pair<int, int>> staged_lanes_;  // (peer, lane) with staged work, each once
   bool async_due_ = true;
