@@ -4,25 +4,26 @@
 // the receiver, as the eager slots in shared memory do on one host (engine/eager_slots.hpp) and
 // as MVAPICH's RDMA fast path does between hosts. The receiver polls its ring's next slot in
 // progress(): no receive work request, no receive completion, no receive buffer between the wire
-// and the slot. On SoftRoCE here perftest's ib_write_lat measures 23.7 us where ib_send_lat
-// measures 38.4 us (64 B); on HCAs the gap is the receive WQE the NIC fetches for a SEND.
+// and the slot. On SoftRoCE here perftest's ib_write_lat measures 21-23 us where ib_send_lat
+// measures 36-39 us (64 B); on HCAs the gap is the receive WQE the NIC fetches for a SEND.
 //
 // A plain write wakes no one, and a receiver sleeps in poll() when it has spun long enough (it
 // must: more ranks than cores). So before it sleeps, a receiver with rings writes a new sleep
-// epoch into each ring peer's block and waits for those writes to complete; then it looks at
-// its rings once more and sleeps. A sender looks at the receiver's epoch after each eager write
-// has completed (landed), and if the epoch is one it has not woken yet, it rings: a zero-byte
-// write with an immediate (kImm), whose completion wakes the receiver. Each side writes, waits
-// for its write to land, then reads the other's word (Dekker's handshake): either the receiver's
-// last look finds the message or the sender finds the epoch. The epoch only grows, so a sender
-// rings at most once per sleep; a receiver woken by a ring announces anew before it sleeps again.
+// epoch into each ring peer's block. It may sleep at once: those writes' completions wake it,
+// and it looks at its rings again after they have completed. A sender looks at the receiver's epoch
+// after each eager write has completed (landed), and if the epoch is one it has not woken yet, it
+// rings: a zero-byte write with an immediate (kImm), whose completion wakes the receiver. Each side
+// writes, waits for its write to land, then reads the other's word (Dekker's handshake): either the
+// receiver's last look finds the message or the sender finds the epoch. The epoch only grows, so a
+// sender rings at most once per sleep; a receiver woken by a ring announces anew before it sleeps
+// again.
 //
 // Flow control by credits: every message carries how many of the peer's messages its sender has
 // taken, so where both sides send (every all-gather round) credits cost nothing; a receiver that
 // has taken half a ring without sending writes the count into the sender's block instead. A
 // sender without a free slot sends the message as before (SEND into the shared receive queue),
-// so nothing waits for credits. Measured on SoftRoCE: a credit write every fourth message made
-// small all-gathers 10-25% slower than SENDs (each write is one more doorbell). Messages are
+// so nothing waits for credits. Measured on SoftRoCE: a credit write every fourth message kept
+// small all-gathers 13-31% slower than SENDs (each write is one more doorbell). Messages are
 // matched by tag, so a message that overtakes another on the other path is harmless.
 //
 // This file is the framing and the block's layout, as pure functions (unit-tested and fuzzed);
