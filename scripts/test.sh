@@ -29,6 +29,9 @@ echo "== ctest (TSan)"
   ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
 echo "== SoftRoCE (verbs over rdma_rxe in QEMU)"
 bash tests/softroce/run-suite.sh build
+echo "== SoftRoCE under ASan+UBSan: the eager slots, where peers write into our memory"
+bash tests/softroce/run-vm.sh --timeout 1200 --mem 6144 --cwd "$PWD/build-asan-clang" -- \
+  bash "$PWD/tests/softroce/asan-in-vm.sh" "$PWD/build-asan-clang"
 echo "== the .deb on a VM's clean overlay: apt install, an example from /usr over verbs, removal"
 bash tests/package/deb-in-vm.sh build
 echo "== Ansible over SSH into two SoftRoCE VMs: provision rxe, install the .deb, bench over verbs"

@@ -482,10 +482,11 @@ uint64_t transport_counter(const std::string& name) {
 }
 
 // `calls` all-gathers of 2 int32 per rank (8 B: inline in the descriptor), every element
-// checked; what the eager counters moved by. No message may ever be found only after a sleep
-// ran to its timeout (a ring that never came).
+// checked; what the eager counters moved by. `late`: messages found only after a sleep ran to
+// poll()'s 100 ms timeout. A lost wake-up shows there, but so does a writer that took that long
+// to ring (5 ranks on 2 slow vCPUs, ASan): only the sleep test, on fast ranks, asserts it.
 struct EagerMoves {
-  uint64_t writes = 0, fallbacks = 0, sleeps = 0, rings = 0;
+  uint64_t writes = 0, fallbacks = 0, sleeps = 0, rings = 0, late = 0;
 };
 EagerMoves small_calls(int rank, int world, int calls) {
   Tensor in = zeros({2}, DType::Float32);
@@ -503,7 +504,7 @@ EagerMoves small_calls(int rank, int world, int calls) {
   for (int i = 0; i < 5; ++i)
     after[i] = transport_counter(names[i]);
   const EagerMoves m{after[0] - before[0], after[1] - before[1], after[2] - before[2],
-                     after[3] - before[3]};
+                     after[3] - before[3], after[4] - before[4]};
   std::printf(
       "rank %d: %d calls: eager_writes=%llu eager_fallbacks=%llu eager_sleeps=%llu "
       "eager_rings=%llu eager_late=%llu\n",
@@ -511,7 +512,6 @@ EagerMoves small_calls(int rank, int world, int calls) {
       static_cast<unsigned long long>(m.fallbacks), static_cast<unsigned long long>(m.sleeps),
       static_cast<unsigned long long>(m.rings),
       static_cast<unsigned long long>(after[4] - before[4]));
-  RANK_CHECK(after[4] == before[4], after[4] - before[4] << " eager messages found late");
   return m;
 }
 
@@ -544,6 +544,7 @@ TEST(Verbs, EagerSlotsWakeReceiversThatSleep) {
           require_verbs();
           const EagerMoves m = small_calls(rank, p, 200);
           RANK_CHECK(m.writes >= static_cast<uint64_t>(200 * (p - 1)), m.writes << " writes");
+          RANK_CHECK(m.late == 0, m.late << " eager messages found only after a 100 ms sleep");
           // The rank that comes first to a call sleeps; the later one rings it.
           RANK_CHECK(m.sleeps + m.rings > 0, "neither slept nor rang with RDMACOLL_SPIN_US=0");
         },
