@@ -32,6 +32,12 @@ void require_verbs() {
   RANK_CHECK(transport_name() == "verbs", "transport is " << transport_name());
 }
 
+// Joins the job as a host of its own (RDMACOLL_HOST_ID), so schedules run as across hosts.
+void init_as_own_host(int rank) {
+  ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
+  init_process_group();
+}
+
 class VerbsGroupSize : public ::testing::TestWithParam<int> {};
 
 TEST_P(VerbsGroupSize, OneElementToOneMiBFlatAndStacked) {
@@ -245,8 +251,7 @@ TEST(Verbs, EightHostsConnectOnlyTheirSchedulePeers) {
   expect_all_ok(run_ranks(
       8,
       [](int rank, int p) {
-        ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
-        init_process_group();
+        init_as_own_host(rank);
         require_verbs();
         RANK_CHECK(detail::connected_peers() == 0, detail::connected_peers() << " peers at init");
         for (int i = 0; i < 3; ++i) {
@@ -581,8 +586,7 @@ TEST(Verbs, EagerSlotsCreditsComeBackOneWay) {
   expect_all_ok(run_ranks(
       5,
       [](int rank, int p) {
-        ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
-        init_process_group();
+        init_as_own_host(rank);
         require_verbs();
         const uint64_t credits = transport_counter("eager_credit_writes");
         const EagerMoves m = small_calls(rank, p, 100);

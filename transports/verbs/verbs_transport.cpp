@@ -550,9 +550,12 @@ class VerbsTransport final : public Transport {
     std::memcpy(msg.data(), &tag, 8);
     if (length) std::memcpy(msg.data() + 8, data, length);
     const uint32_t id = track(req);
+    // inflight_ holds the request until its completion, and a failed peer's backlog is dropped,
+    // so the raw pointer outlives every call of the builder (no lookup per message).
+    VerbsRequest* const r = req.get();
     // Into the peer's eager slots while it has one free, else a SEND (decided when the work
     // request is built: the peer's slots are known once the pair has connected).
-    submit(peer, 0, [this, peer, id, msg = std::move(msg)](Staged& st) {
+    submit(peer, 0, [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
       Peer& p = peers_[peer];
       const bool eager = eager_slot_free(p);
       Bytes framed;
@@ -564,18 +567,18 @@ class VerbsTransport final : public Transport {
         eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8,
                          hold_credits_ ? 0 : static_cast<uint32_t>(p.eager.taken));
       }
-      const Bytes& bytes = eager ? framed : msg;
+      Bytes& bytes = eager ? framed : msg;
       if (bytes.size() <= inline_max_) {
         // Inline: the post copies the bytes into the work request; no send buffer.
-        st.inline_bytes = bytes;
         st.sge.length = static_cast<uint32_t>(bytes.size());
+        st.inline_bytes = std::move(bytes);  // built once: a backlog never retries this branch
         st.wr.send_flags = IBV_SEND_INLINE;
         ++counters_.inline_sends;
       } else {
         if (free_send_.empty()) return false;
         const int slot = free_send_.front();
         free_send_.pop_front();
-        static_cast<VerbsRequest*>(inflight_.at(id).get())->send_slot = slot;
+        r->send_slot = slot;
         uint8_t* buf = send_buffer(slot);
         std::memcpy(buf, bytes.data(), bytes.size());
         st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(bytes.size()),
@@ -584,7 +587,7 @@ class VerbsTransport final : public Transport {
       st.wr.wr_id = make_wr_id(kSendWr, peer, id);
       if (eager) {
         // A plain write: the receiver polls its ring (and is rung if it sleeps, eager_ring.hpp).
-        static_cast<VerbsRequest*>(inflight_.at(id).get())->eager = true;
+        r->eager = true;
         st.wr.opcode = IBV_WR_RDMA_WRITE;
         st.wr.wr.rdma.remote_addr =
             p.eager.their_ring +
@@ -1232,15 +1235,10 @@ class VerbsTransport final : public Transport {
     for (int r = 0; r < world_; ++r) {
       Peer& p = peers_[r];
       if (!waited[r] || r == me_ || p.failure || p.link != Link::Ready || !p.idle()) continue;
-      auto req = std::make_shared<VerbsRequest>(r);
-      const uint32_t id = track(req);
-      ++req->pieces;
       ++counters_.keepalives;
       log::trace("verbs: keepalive write to rank " + std::to_string(r));
-      submit(r, 0, [r, id](Staged& st) {
-        st.wr.wr_id = make_wr_id(kWriteWr, r, id);
+      post_unawaited_write(r, [](Staged& st) {
         st.wr.opcode = IBV_WR_RDMA_WRITE;  // zero bytes: no address or key is checked
-        return true;
       });
     }
   }
@@ -1458,14 +1456,9 @@ class VerbsTransport final : public Transport {
     if (epoch <= e.rung || p.failure) return;
     e.rung = epoch;
     ++counters_.eager_rings;
-    auto req = std::make_shared<VerbsRequest>(peer);
-    const uint32_t id = track(req);
-    ++req->pieces;
-    submit(peer, 0, [peer, id](Staged& st) {
-      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+    post_unawaited_write(peer, [](Staged& st) {
       st.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // zero bytes: no address or key is checked
       st.wr.imm_data = htonl(eager_ring::kImm);
-      return true;
     });
   }
 
@@ -1475,19 +1468,28 @@ class VerbsTransport final : public Transport {
     const Peer::Eager& e = peers_[peer].eager;
     uint8_t* out = e.block + our_offset;
     __atomic_store(reinterpret_cast<uint64_t*>(out), &value, __ATOMIC_RELEASE);
-    auto req = std::make_shared<VerbsRequest>(peer);
-    const uint32_t id = track(req);
-    ++req->pieces;
     const uint64_t from = reinterpret_cast<uint64_t>(out);
     const uint32_t lkey = e.mr->lkey;
     const uint64_t to = e.their_ring + their_offset;
     const uint32_t rkey = e.their_rkey;
-    submit(peer, 0, [=](Staged& st) {
+    post_unawaited_write(peer, [=](Staged& st) {
       st.sge = {from, 8, lkey};
-      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
       st.wr.opcode = IBV_WR_RDMA_WRITE;
       st.wr.wr.rdma.remote_addr = to;
       st.wr.wr.rdma.rkey = rkey;
+    });
+  }
+
+  // A one-piece write on lane 0 that no caller waits for (keepalives, rings, credits, sleep
+  // epochs): `fill` sets the opcode and what it writes; its completion only retires it.
+  template <typename Fill>
+  void post_unawaited_write(int peer, Fill fill) {
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const uint32_t id = track(req);
+    ++req->pieces;
+    submit(peer, 0, [peer, id, fill](Staged& st) {
+      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+      fill(st);
       return true;
     });
   }
