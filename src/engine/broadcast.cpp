@@ -24,11 +24,10 @@ constexpr size_t kTreeMaxBytes = 256u << 10;
 void check_same_path(const Call& call, const std::vector<CallDescriptor>& all, bool inline_path) {
   for (size_t r = 0; r < all.size(); ++r) {
     if ((all[r].out_bytes == 0) != inline_path) {
-      throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +
-                            std::to_string(call.global(static_cast<int>(r))) + " chose " +
-                            (inline_path ? "the data path" : "the inline path") +
-                            " for the same tensor; every rank must see the same "
-                            "RDMACOLL_EAGER_LIMIT");
+      reject(call, "ranks disagree on the eager path: rank " +
+                       std::to_string(call.global(static_cast<int>(r))) + " chose " +
+                       (inline_path ? "the data path" : "the inline path") +
+                       " for the same tensor; every rank must see the same RDMACOLL_EAGER_LIMIT");
     }
   }
 }
@@ -83,7 +82,7 @@ void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const Al
   Call call(transport_, g, "broadcast", spin_);
   const int p = g.size();
   std::shared_ptr<transport::MemoryRegion> region;
-  const ExposedRegion exposed(transport_, region);
+  const ExposedRegion exposed(transport_, region, call);
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(g, call, a);
   if (mine.ok) {
@@ -138,7 +137,7 @@ void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs
   {
     Call call(transport_, g, "broadcast", spin_);
     std::shared_ptr<transport::MemoryRegion> region;
-    const ExposedRegion exposed(transport_, region);
+    const ExposedRegion exposed(transport_, region, call);
     transport::Bytes key;
     CallDescriptor mine = make_descriptor(g, call, a);
     if (mine.ok) {

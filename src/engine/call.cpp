@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "engine/descriptor_round.hpp"
@@ -60,6 +61,89 @@ std::string describe_args(const CallDescriptor& d) {
          " x " + dtype_name(static_cast<DType>(d.out_dtype));
 }
 
+// Why ranks a and b (group ranks) disagree on the collective, or nullopt.
+std::optional<std::string> collective_differs(const Call& call, int a, const CallDescriptor& da,
+                                              int b, const CallDescriptor& db) {
+  if (da.op == db.op) return std::nullopt;
+  return "ranks called different collectives: rank " + std::to_string(call.global(a)) + " " +
+         collective_name(da.op) + ", rank " + std::to_string(call.global(b)) + " " +
+         collective_name(db.op) + "; every member must call the same collectives in the same order";
+}
+
+std::string rejected_arguments(const Call& call, int r, const CallDescriptor& d) {
+  return "rank " + std::to_string(call.global(r)) +
+         " rejected its arguments: " + std::string(d.error);
+}
+
+// Why the arguments of ranks a and b (group ranks) of one collective disagree, or nullopt.
+std::optional<std::string> arguments_differ(const Call& call, int a, const CallDescriptor& da,
+                                            int b, const CallDescriptor& db) {
+  const std::string ra = std::to_string(call.global(a));
+  const std::string rb = std::to_string(call.global(b));
+  if (db.in_numel != da.in_numel || db.in_dtype != da.in_dtype || db.out_dtype != da.out_dtype ||
+      db.out_numel != da.out_numel) {
+    return "ranks disagree: rank " + ra + " has " + describe_args(da) + ", rank " + rb + " has " +
+           describe_args(db) + "; every rank must pass the same sizes and dtypes";
+  }
+  if (db.total_numel != da.total_numel) {
+    return "ranks disagree: rank " + ra + " reduces " + std::to_string(da.total_numel) +
+           " elements, rank " + rb + " " + std::to_string(db.total_numel) +
+           "; every rank must pass the same sizes and dtypes";
+  }
+  if (db.root != da.root) {
+    return "ranks disagree on the broadcast source: rank " + ra + " names group rank " +
+           std::to_string(da.root) + ", rank " + rb + " group rank " + std::to_string(db.root);
+  }
+  if (db.reduce_op != da.reduce_op) {
+    return "ranks disagree on the reduce op: rank " + ra + " " +
+           reduce_op_name(static_cast<ReduceOp>(da.reduce_op)) + ", rank " + rb + " " +
+           reduce_op_name(static_cast<ReduceOp>(db.reduce_op));
+  }
+  // Same sizes but not the same path: the eager limit differs between ranks (it can only be
+  // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
+  // (A broadcast's inline round carries the root's data only; its paths are checked there.)
+  if (da.op != CollectiveOp::Broadcast && db.inline_data.empty() != da.inline_data.empty()) {
+    const bool a_inline = !da.inline_data.empty();
+    return "ranks disagree on the eager path: rank " + (a_inline ? ra : rb) +
+           " sent its chunk inline, rank " + (a_inline ? rb : ra) +
+           " did not; every rank must see the same RDMACOLL_EAGER_LIMIT";
+  }
+  return std::nullopt;
+}
+
+// The checks of check_descriptors for one pair, ours first: the ring step's early look.
+void check_pair(const Call& call, int a, const CallDescriptor& da, int b,
+                const CallDescriptor& db) {
+  if (auto why = collective_differs(call, a, da, b, db)) reject(call, *why);
+  if (!db.ok) reject(call, rejected_arguments(call, b, db));
+  if (auto why = arguments_differ(call, a, da, b, db)) reject(call, *why);
+}
+
+// Parses and checks one peer's descriptor of this call; views `data`.
+CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* data, size_t length) {
+  CallDescriptor d = CallDescriptor::parse(data, length);
+  if (d.group_digest != g.digest) {
+    // Nothing was written yet, but the ranks hold different groups under one id: no later
+    // call on it can be trusted either.
+    const std::string why =
+        "ranks disagree on the group: world rank " + std::to_string(d.global_rank) +
+        " sent this call as group rank " + std::to_string(d.rank) + " of " +
+        std::to_string(d.group_size) + " in the group of its new_group call #" +
+        std::to_string(d.group_creation) + ", this rank (world rank " +
+        std::to_string(g.global_rank) + ") is in " + g.describe() + " of its new_group call #" +
+        std::to_string(g.creation) +
+        "; every rank must call new_group with the same ranks, in the same order";
+    g.broken = why;
+    throw InvalidArgument(call.where() + ": " + why);
+  }
+  if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
+    throw TransportError(call.where() + ": descriptor from rank " +
+                         std::to_string(call.global(peer)) + " is for another call (group " +
+                         std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
+  }
+  return d;
+}
+
 // Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`).
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
 // buffers or eager slots): valid until the group's next call.
@@ -73,27 +157,7 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
   s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank) continue;
-    CallDescriptor d = CallDescriptor::parse(messages[peer], lengths[peer]);
-    if (d.group_digest != g.digest) {
-      // Nothing was written yet, but the ranks hold different groups under one id: no later
-      // call on it can be trusted either.
-      const std::string why =
-          "ranks disagree on the group: world rank " + std::to_string(d.global_rank) +
-          " sent this call as group rank " + std::to_string(d.rank) + " of " +
-          std::to_string(d.group_size) + " in the group of its new_group call #" +
-          std::to_string(d.group_creation) + ", this rank (world rank " +
-          std::to_string(g.global_rank) + ") is in " + g.describe() + " of its new_group call #" +
-          std::to_string(g.creation) +
-          "; every rank must call new_group with the same ranks, in the same order";
-      g.broken = why;
-      throw InvalidArgument(call.where() + ": " + why);
-    }
-    if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
-      throw TransportError(call.where() + ": descriptor from rank " +
-                           std::to_string(call.global(peer)) + " is for another call (group " +
-                           std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
-    }
-    s.descriptors[peer] = d;
+    s.descriptors[peer] = parse_one(g, call, peer, messages[peer], lengths[peer]);
   }
   return s.descriptors;
 }
@@ -284,6 +348,18 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
     call.wait(call.recvs(), recv_at, recv_at + 1);
     const std::span<const uint8_t> message(s.round_receive.data(),
                                            call.recvs()[recv_at].req->length());
+    // A round a failed call sent to a rank that had left it (ring-step mode) stays unreceived;
+    // its tag comes back 2^24 calls later. Such a leftover is dropped, and the receive posted
+    // again for this call's message.
+    uint64_t seq = 0;
+    if (message.size() > kRoundMessageHeader + 4 &&
+        CallDescriptor::peek_seq(message.data() + kRoundMessageHeader + 4,
+                                 message.size() - kRoundMessageHeader - 4, seq) &&
+        seq < call.seq()) {
+      call.recvs().pop_back();
+      --piece;
+      continue;
+    }
     bool more = false;
     try {
       more = parse_round_message(message, n, received, capacity, take);
@@ -303,54 +379,79 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
 }
 
 // The all-gather of the serialized descriptors in log-p rounds (d = 2^k):
-//  - Bruck: a rank sends the min(d, p - d) descriptors it holds, its own and the next ranks',
-//    to rank - d, and receives those of rank + d onwards from rank + d;
+//  - Bruck, in the group's ring order: a rank sends the min(d, p - d) descriptors it holds,
+//    its own and the next positions', to position - d, and receives those of position + d
+//    onwards from position + d. Its first round is the ring step: our descriptor to the ring
+//    predecessor, the successor's to us, which is all a ring all-gather needs;
 //  - recursive doubling (p a power of two), in the group's virtual order: a rank swaps the d
 //    descriptors of its aligned block of positions with position xor d.
+// In ring-step mode (Bruck with the eager slots off, as across hosts) ranks may stop after the
+// first round (DescriptorsNeeded::Successor) while others go on, if their arguments differ. So
+// every rank checks the successor's descriptor against its own right after that round, and
+// errors spread along the ring (Call::watch_neighbours): the ranks on either side of a
+// disagreement find it, and the ranks stuck waiting hear of it.
 void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
-                     Rounds kind) {
+                     Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
   const int p = g.size();
   CallScratch& s = g.scratch;
+  const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
   s.incoming.assign(p, nullptr);
   s.incoming_lengths.assign(p, 0);
   s.incoming[g.rank] = s.send.data();
   s.incoming_lengths[g.rank] = s.send.size();
   s.round_receive.resize(std::min(t.max_message_bytes(),
                                   kRoundMessageHeader + bruck_largest_round(p) * (capacity + 4)));
-  const std::vector<int>& order = g.order;
   const bool rd = kind == Rounds::RecursiveDoubling;
-  if (rd && s.order_position < 0) {  // the order is fixed for the group: found once
-    s.order_position =
-        static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin());
+  const std::vector<int>& order = rd ? g.order : g.ring_order;
+  int& position = rd ? s.order_position : s.ring_position;
+  if (position < 0) {  // the orders are fixed for the group: found once
+    position = static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin());
   }
-  const int me = rd ? s.order_position : g.rank;
-  auto by_position = [&](int i) { return order[static_cast<size_t>(i)]; };
-  auto by_rank = [&](int i) { return i % p; };
+  const int me = position;
+  auto at = [&](int i) { return order[static_cast<size_t>(i % p)]; };
+  const bool ring_step = !rd && s.slots.state() == EagerSlots::State::Off;
+  const int succ = at(me + 1);
+  if (ring_step) call.watch_neighbours(at(me + p - 1), succ);
   int round = 0;
   for (int d = 1; d < p; d <<= 1, ++round) {
     if (s.round_send.size() <= static_cast<size_t>(round)) s.round_send.emplace_back();
     std::vector<uint8_t>& out = s.round_send[round];
     if (rd) {
       const int partner = me ^ d;
-      send_round(t, g, call, by_position(partner), me & ~(d - 1), d, by_position, out);
-      receive_round(t, g, call, by_position(partner), partner & ~(d - 1), d, by_position, capacity);
-    } else {
-      const int n = std::min(d, p - d);
-      send_round(t, g, call, (g.rank - d + p) % p, g.rank, n, by_rank, out);
-      receive_round(t, g, call, (g.rank + d) % p, g.rank + d, n, by_rank, capacity);
+      send_round(t, g, call, at(partner), me & ~(d - 1), d, at, out);
+      receive_round(t, g, call, at(partner), partner & ~(d - 1), d, at, capacity);
+      continue;
+    }
+    const int n = std::min(d, p - d);
+    send_round(t, g, call, at(me + p - d), me, n, at, out);
+    receive_round(t, g, call, at(me + d), me + d, n, at, capacity);
+    if (!ring_step || d != 1) continue;
+    if (!mine.ok) {
+      call.note_error(rejected_arguments(call, g.rank, mine));
+      throw InvalidArgument(call.where() + ": " + std::string(mine.error));
+    }
+    s.descriptors.resize(p);
+    s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
+    check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
+    if (needed == DescriptorsNeeded::Successor) {
+      s.descriptors[g.rank] = mine;
+      s.seen_only = succ;
+      break;
     }
   }
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
-  call.recvs().clear();
+  call.recvs().resize(recvs_before);
 }
 
 }  // namespace
 
 const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
-                                                        Call& call, const CallDescriptor& mine_in) {
+                                                        Call& call, const CallDescriptor& mine_in,
+                                                        DescriptorsNeeded needed) {
   const int p = g.size();
   CallScratch& s = g.scratch;
+  s.seen_only = -1;
   CallDescriptor mine = mine_in;
   mine.global_rank = g.global_rank;
   mine.group_size = static_cast<uint32_t>(p);
@@ -364,15 +465,18 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;
   }
+  if (g.hosts > 1) s.slots.off_across_hosts();
   s.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
-    exchange_rounds(t, g, call, capacity, kind);
+    exchange_rounds(t, g, call, capacity, kind, mine, needed);
+    if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
         parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
     s.slots.advance(t, g.members, g.rank, all);
     return all;
   }
+  const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + p - i) % p;
     const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
@@ -392,82 +496,115 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
         call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
     if (!req->done()) call.sends().push_back({std::move(req), peer, Pending::Kind::Descriptor});
   }
-  call.wait(call.recvs(), 0, call.recvs().size());
+  call.wait(call.recvs(), recvs_before, call.recvs().size());
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   s.incoming.resize(p);
   s.incoming_lengths.resize(p);
-  for (const Pending& pr : call.recvs()) {
+  for (size_t i = recvs_before; i < call.recvs().size(); ++i) {
+    const Pending& pr = call.recvs()[i];
     s.incoming[pr.peer] = s.receive[pr.peer].data();
     s.incoming_lengths[pr.peer] = pr.req->length();
   }
-  call.recvs().clear();
+  call.recvs().resize(recvs_before);
   const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
   s.slots.advance(t, g.members, g.rank, all);
   return all;
 }
 
+void Call::post_watch() {
+  watch_posted_ = true;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[i];
+    buffer.resize(kMaxErrorBytes);
+    const int from = neighbour_[i];
+    watch_.push_back({guarded([&] {
+                        return t_.recv(
+                            global(from),
+                            make_tag(TagKind::Error, g_.id, seq_, static_cast<uint32_t>(from)),
+                            buffer.data(), buffer.size());
+                      }),
+                      from, Pending::Kind::Error});
+  }
+}
+
+void Call::check_neighbours() {
+  for (size_t i = 0; i < watch_.size(); ++i) {
+    if (!watch_[i].req->done()) continue;
+    const std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[i];
+    const std::string reason(reinterpret_cast<const char*>(buffer.data()),
+                             std::min(watch_[i].req->length(), buffer.size()));
+    note_error(reason);  // passed on as it came, so every rank raises the finder's words
+    throw InvalidArgument(where() + ": " + reason + " (found by another rank; reported by rank " +
+                          std::to_string(global(watch_[i].peer)) + ")");
+  }
+}
+
+void Call::spread_error() noexcept {
+  spreading_ = true;
+  try {
+    if (!watch_posted_) post_watch();
+    std::string reason = error_text_.empty() ? "rank " + std::to_string(g_.global_rank) +
+                                                   " left the call with an error"
+                                             : error_text_;
+    reason.resize(std::min(reason.size(), kMaxErrorBytes));
+    auto report = [&](int to) {
+      RequestPtr req = guarded([&] {
+        return t_.send(global(to),
+                       make_tag(TagKind::Error, g_.id, seq_, static_cast<uint32_t>(g_.rank)),
+                       reason.data(), reason.size());
+      });
+      if (!req->done()) sends_.push_back({std::move(req), to, Pending::Kind::Error});
+    };
+    report(neighbour_[0]);           // the predecessor: stop writing to us
+    wait(sends_, 0, sends_.size());  // our writes to the successor have landed
+    report(neighbour_[1]);
+    wait(sends_, 0, sends_.size());
+    wait(watch_, 0, watch_.size());  // the predecessor's writes to us have landed
+    // Their completions (verbs: immediates) may still wait in a queue: take them now, while
+    // the expects they match are posted, so none is left over for a later call.
+    while (t_.progress()) {
+    }
+  } catch (...) {
+    // fail() marked the group broken, or an unexpected error did: say so.
+    if (!g_.broken) g_.broken = "a ring neighbour did not confirm the end of a failed call";
+  }
+}
+
+void reject(const Call& call, const std::string& reason) {
+  call.note_error(reason);
+  throw InvalidArgument(call.where() + ": " + reason);
+}
+
 // Every rank sees the same descriptors, so every rank raises the same error.
 void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all) {
+  const int only = call.group().scratch.seen_only;
+  if (only >= 0) {
+    const int me = call.group().rank;
+    if (auto why = collective_differs(call, me, all[me], only, all[only])) reject(call, *why);
+    return;
+  }
   for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r].op != all[0].op) {
-      throw InvalidArgument(call.where() + ": ranks called different collectives: rank " +
-                            std::to_string(call.global(0)) + " " + collective_name(all[0].op) +
-                            ", rank " + std::to_string(call.global(r)) + " " +
-                            collective_name(all[r].op) +
-                            "; every member must call the same collectives in the same order");
+    if (auto why = collective_differs(call, 0, all[0], static_cast<int>(r), all[r])) {
+      reject(call, *why);
     }
   }
 }
 
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
+  const int only = call.group().scratch.seen_only;
+  if (only >= 0) {
+    const int me = call.group().rank;
+    check_pair(call, me, all[me], only, all[only]);
+    return;
+  }
   check_same_collective(call, all);
   for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].ok) {
-      throw InvalidArgument(call.where() + ": rank " + std::to_string(call.global(r)) +
-                            " rejected its arguments: " + std::string(all[r].error));
-    }
+    if (!all[r].ok) reject(call, rejected_arguments(call, static_cast<int>(r), all[r]));
   }
-  const CallDescriptor& ref = all[0];
   for (size_t r = 1; r < all.size(); ++r) {
-    const CallDescriptor& d = all[r];
-    if (d.in_numel != ref.in_numel || d.in_dtype != ref.in_dtype || d.out_dtype != ref.out_dtype ||
-        d.out_numel != ref.out_numel) {
-      throw InvalidArgument(call.where() + ": ranks disagree: rank " +
-                            std::to_string(call.global(0)) + " has " + describe_args(ref) +
-                            ", rank " + std::to_string(call.global(r)) + " has " +
-                            describe_args(d) + "; every rank must pass the same sizes and dtypes");
-    }
-    if (d.total_numel != ref.total_numel) {
-      throw InvalidArgument(
-          call.where() + ": ranks disagree: rank " + std::to_string(call.global(0)) + " reduces " +
-          std::to_string(ref.total_numel) + " elements, rank " + std::to_string(call.global(r)) +
-          " " + std::to_string(d.total_numel) + "; every rank must pass the same sizes and dtypes");
-    }
-    if (d.root != ref.root) {
-      throw InvalidArgument(call.where() + ": ranks disagree on the broadcast source: rank " +
-                            std::to_string(call.global(0)) + " names group rank " +
-                            std::to_string(ref.root) + ", rank " + std::to_string(call.global(r)) +
-                            " group rank " + std::to_string(d.root));
-    }
-    if (d.reduce_op != ref.reduce_op) {
-      throw InvalidArgument(call.where() + ": ranks disagree on the reduce op: rank " +
-                            std::to_string(call.global(0)) + " " +
-                            reduce_op_name(static_cast<ReduceOp>(ref.reduce_op)) + ", rank " +
-                            std::to_string(call.global(r)) + " " +
-                            reduce_op_name(static_cast<ReduceOp>(d.reduce_op)));
-    }
-  }
-  // Same sizes but not the same path: the eager limit differs between ranks (it can only be
-  // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
-  // (A broadcast's inline round carries the root's data only; its paths are checked there.)
-  for (size_t r = 1; ref.op != CollectiveOp::Broadcast && r < all.size(); ++r) {
-    if (all[r].inline_data.empty() != ref.inline_data.empty()) {
-      const size_t inl = ref.inline_data.empty() ? r : 0;
-      throw InvalidArgument(call.where() + ": ranks disagree on the eager path: rank " +
-                            std::to_string(call.global(inl)) + " sent its chunk inline, rank " +
-                            std::to_string(call.global(inl == 0 ? r : 0)) +
-                            " did not; every rank must see the same RDMACOLL_EAGER_LIMIT");
+    if (auto why = arguments_differ(call, 0, all[0], static_cast<int>(r), all[r])) {
+      reject(call, *why);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,7 +41,8 @@ class Call {
   }
 
   ~Call() {
-    for (auto* list : {&recvs_, &sends_}) {
+    leave_failed();
+    for (auto* list : {&recvs_, &sends_, &watch_}) {
       for (auto& p : *list) {
         if (p.req && !p.req->done()) t_.cancel(p.req);
       }
@@ -71,6 +73,32 @@ class Call {
   std::vector<Pending>& sends() { return sends_; }
 
   int global(int group_rank) const { return g_.members[group_rank]; }
+  const GroupState& group() const { return g_; }
+
+  // Ring-step mode (exchange_descriptors in call.cpp): a rank may see only its ring
+  // successor's descriptor, so a disagreement is found by the rank before it and by nobody
+  // else. Errors then spread along the ring: a rank that leaves the call with an
+  // InvalidArgument tells both ring neighbours (group ranks `pred`, `succ`), and a rank whose
+  // wait goes idle listens for their reports and raises what they say.
+  void watch_neighbours(int pred, int succ) {
+    watching_ = true;
+    neighbour_[0] = pred;
+    neighbour_[1] = succ;
+  }
+  // While an exception leaves the call in ring-step mode: tells both ring neighbours and waits
+  // for their word (spread_error), once. Run before the call's registrations go
+  // (ExposedRegion), since the predecessor's writes may still be landing in them.
+  void leave_failed() {
+    if (watching_ && !spread_done_ && std::uncaught_exceptions() > uncaught_ && !g_.broken) {
+      spread_done_ = true;
+      spread_error();
+    }
+  }
+  // What this rank's error says to the others (without this rank's call prefix): kept for
+  // spread_error; the first one noted wins.
+  void note_error(const std::string& reason) const {
+    if (error_text_.empty()) error_text_ = reason;
+  }
 
   // Waits until list[begin, end) is complete; throws PeerFailure or Timeout (and marks the
   // group broken, since ranks may now be out of step).
@@ -88,6 +116,7 @@ class Call {
         all_done = false;
       }
       if (all_done) return;
+      if (watch_posted_ && !spreading_) check_neighbours();
       if (t_.progress()) {
         idle = 0;
         continue;
@@ -97,6 +126,8 @@ class Call {
         if (!list[i].req->done()) check_alive(list[i].peer);
       }
       if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
+      // Listening costs two receives (and their cancels), so only calls that wait pay it.
+      if (watching_ && !watch_posted_) post_watch();
       t_.wait_for_event(deadline_);
     }
   }
@@ -142,6 +173,14 @@ class Call {
   }
 
  private:
+  void post_watch();        // receives for the neighbours' error reports
+  void check_neighbours();  // raises a neighbour's report once it has come
+  // Sends our error to both neighbours and waits for theirs: a ring rank writes into its
+  // successor's output before anyone has seen every descriptor, so the successor returns only
+  // after its predecessor's report, which follows the predecessor's last write. Failing that
+  // (a dead neighbour, the deadline), the group is marked broken. Never throws.
+  void spread_error() noexcept;
+
   std::string timeout_message(const std::vector<Pending>& list, size_t begin, size_t end) const {
     std::ostringstream os;
     os << where() << ": timed out after " << g_.timeout.count() << " ms; still waiting for";
@@ -191,6 +230,14 @@ class Call {
   Clock::time_point spin_until_{};
   std::vector<Pending>& recvs_;  // the group's scratch lists
   std::vector<Pending>& sends_;
+  std::vector<Pending> watch_;  // ring-step mode: the neighbours' error reports
+  bool watching_ = false;
+  bool watch_posted_ = false;
+  bool spreading_ = false;
+  bool spread_done_ = false;
+  int neighbour_[2] = {-1, -1};  // predecessor, successor
+  mutable std::string error_text_;
+  int uncaught_ = std::uncaught_exceptions();
 };
 
 // A source range outside any registration, for transports that read any memory.
@@ -207,16 +254,27 @@ CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllG
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);
 
+// Which descriptors a call needs: a ring all-gather writes only to its ring successor.
+enum class DescriptorsNeeded { All, Successor };
+
 // Sends our descriptor to every other member and collects theirs (index = group rank): through
 // eager slots once the group has them, else as messages (which also carry the slots' set-up).
-// The result lives in the group's scratch: valid until the group's next call.
-const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
-                                                        Call& call, const CallDescriptor& mine);
+// With DescriptorsNeeded::Successor, where the group's descriptors take Bruck's rounds in ring
+// order and its eager slots are off (across hosts), only the first round runs: one message to
+// the ring predecessor, one from the successor (scratch.seen_only says so; check_descriptors
+// then checks that pair). The result lives in the group's scratch: valid until its next call.
+const std::vector<CallDescriptor>& exchange_descriptors(
+    transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
+    DescriptorsNeeded needed = DescriptorsNeeded::All);
 
 // Every rank sees the same descriptors, so every rank raises the same InvalidArgument: for a
 // different collective, a rank that rejected its arguments, or sizes, dtypes, lengths, the
 // reduce operator or the eager path that differ.
+// A call that saw only its successor's descriptor checks that pair: around the ring, every
+// pair agreeing is every rank agreeing.
 void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
+// Raises InvalidArgument(where: reason), noting the reason for the neighbours (ring-step mode).
+[[noreturn]] void reject(const Call& call, const std::string& reason);
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all);
 
 }  // namespace rdmacoll::engine

@@ -141,6 +141,15 @@ std::vector<uint8_t> CallDescriptor::serialize() const {
   return out;
 }
 
+bool CallDescriptor::peek_seq(const uint8_t* data, size_t length, uint64_t& seq) {
+  Fixed f;
+  if (length < sizeof f) return false;
+  std::memcpy(&f, data, sizeof f);
+  if (f.magic != kMagic) return false;
+  seq = f.seq;
+  return true;
+}
+
 CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   Fixed f;
   if (length < sizeof f) {

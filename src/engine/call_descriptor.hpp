@@ -72,6 +72,9 @@ struct CallDescriptor {
   std::vector<uint8_t> serialize() const;  // for tests: no limit
   // Throws TransportError on a malformed message. The result views `data`.
   static CallDescriptor parse(const uint8_t* data, size_t length);
+  // The call number of a serialized descriptor without parsing the rest; false when `data`
+  // does not start like one. Leftovers of a failed call are found so (engine/call.cpp).
+  static bool peek_seq(const uint8_t* data, size_t length, uint64_t& seq);
 };
 
 inline constexpr size_t kMaxErrorBytes = 1024;
@@ -105,7 +108,8 @@ inline size_t descriptor_capacity(size_t limit) {
 
 // Tags: kind (2 bits) | group (14) | seq (24) | index (24). Data tags carry the first chunk
 // of the run, control tags the sender's group rank; both are unique per receiver and call.
-enum class TagKind : uint64_t { Descriptor = 0, Data = 1 };
+// Error: a call's error spread to the ring neighbours (engine/call.hpp, Call::spread_error).
+enum class TagKind : uint64_t { Descriptor = 0, Data = 1, Error = 2 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t group, uint64_t seq, uint32_t index) {
   return (static_cast<uint64_t>(kind) << 62) | ((static_cast<uint64_t>(group) & 0x3fff) << 48) |

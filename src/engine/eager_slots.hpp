@@ -48,6 +48,14 @@ class EagerSlots {
   bool active() const { return state_ == State::Active; }
   size_t capacity() const { return capacity_; }
 
+  // A group spanning hosts takes no slots: its members cannot all map each other's memory
+  // (ranks that only name distinct hosts on one machine could, and then measured one host's
+  // path), and its calls need not spend their first two on the set-up, whose descriptors
+  // must reach every member where a ring call's reach only its neighbours.
+  void off_across_hosts() {
+    if (state_ == State::Unset) state_ = State::Off;
+  }
+
   // Message path only: adds this call's set-up fields to our descriptor. `members` are the
   // group's global ranks, `capacity` its descriptor capacity.
   void annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine);

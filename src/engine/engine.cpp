@@ -123,7 +123,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   }
 
   std::shared_ptr<transport::MemoryRegion> region;
-  const ExposedRegion exposed(transport_, region);
+  const ExposedRegion exposed(transport_, region, call);
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(g, call, a);
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
@@ -138,7 +138,35 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
     key = region->packed_key();
     mine.key = key;
   }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+  // A ring writes only to its successor, so it needs only the successor's descriptor: one
+  // message per rank and call, to and from its ring neighbours (engine/call.hpp).
+  const bool ring =
+      !inline_path && chunk > 0 && mine.ok && algorithm_for(g, chunk) == schedule::Algorithm::Ring;
+  const schedule::Schedule* sched = nullptr;
+  std::vector<size_t> recv_end;  // where each step's arrivals end in call.recvs()
+  auto post_arrivals = [&] {
+    sched = &schedule_for(g, chunk);
+    for (const auto& step : sched->steps) {
+      for (const auto& r : step.recvs) {
+        const uint64_t tag =
+            make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
+        call.recvs().push_back({call.guarded([&] {
+                                  return transport_.expect(call.global(r.peer), *region,
+                                                           r.first * chunk, r.count * chunk, tag);
+                                }),
+                                r.peer, Pending::Kind::Arrival, r.first, r.count});
+      }
+      recv_end.push_back(call.recvs().size());
+    }
+  };
+  // A ring call posts its arrivals before its descriptor leaves: the predecessor writes once it
+  // has the descriptor, before anyone has seen every rank's, and if this rank then leaves with
+  // an error the writes must still land somewhere it owns and then be waited for
+  // (Call::spread_error). Over UCX's tag protocol a write lands only into a posted receive; one
+  // never posted would stay pending at the writer, its message unreceived for a later call.
+  if (ring) post_arrivals();
+  const std::vector<CallDescriptor>& all = exchange_descriptors(
+      transport_, g, call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
   check_descriptors(call, all);
   if (chunk == 0) return;
@@ -157,29 +185,15 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
 
   const SourceView input(const_cast<void*>(a.in), chunk);
 
-  const schedule::Schedule& sched = schedule_for(g, chunk);
-  // Post every expected arrival up front; remember where each step's arrivals end.
-  std::vector<size_t> recv_end;
-  for (const auto& step : sched.steps) {
-    for (const auto& r : step.recvs) {
-      const uint64_t tag =
-          make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
-      call.recvs().push_back({call.guarded([&] {
-                                return transport_.expect(call.global(r.peer), *region,
-                                                         r.first * chunk, r.count * chunk, tag);
-                              }),
-                              r.peer, Pending::Kind::Arrival, r.first, r.count});
-    }
-    recv_end.push_back(call.recvs().size());
-  }
+  if (!ring) post_arrivals();  // every expected arrival up front
   std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-  for (size_t s = 0; s < sched.steps.size(); ++s) {
+  for (size_t s = 0; s < sched->steps.size(); ++s) {
     // A step forwards chunks that arrived in earlier steps.
     if (s > 0) {
       copy_own();  // overlaps the first step's transfers
       call.wait(call.recvs(), 0, recv_end[s - 1]);
     }
-    for (const auto& w : sched.steps[s].sends) {
+    for (const auto& w : sched->steps[s].sends) {
       const CallDescriptor& dst = all[w.peer];
       if (!remotes[w.peer]) {
         remotes[w.peer] = call.guarded([&] {

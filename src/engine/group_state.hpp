@@ -34,6 +34,10 @@ struct CallScratch {
   std::vector<uint8_t> round_receive;            // and the one being received
   std::vector<size_t> round_pieces;              // where each message of a round starts
   int order_position = -1;                       // this rank's place in GroupState::order
+  int ring_position = -1;                        // and in GroupState::ring_order
+  // A ring call saw only its successor's descriptor (group rank), else -1: all of them.
+  int seen_only = -1;
+  std::vector<uint8_t> neighbour_error[2];  // errors spread by the ring neighbours
   engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
   std::vector<const void*> reduce_chunks;

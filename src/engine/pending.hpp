@@ -9,7 +9,7 @@
 namespace rdmacoll::engine {
 
 struct Pending {
-  enum class Kind { Descriptor, Arrival, Write };
+  enum class Kind { Descriptor, Arrival, Write, Error };
   transport::RequestPtr req;
   int peer;  // group rank
   Kind kind;
@@ -25,6 +25,8 @@ struct Pending {
         return "chunks " + range;
       case Kind::Write:
         return "write of chunks " + range;
+      case Kind::Error:
+        return "error report";
     }
     return "request";
   }

@@ -15,5 +15,6 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # The sleep test is left out: under ASan on 2 emulated vCPUs a writer may take 100 ms to ring,
 # which its lost-wake-up check cannot tell from a lost one. The others ring and sleep too.
+# The ring test: peers write into our outputs and slots before anyone has every descriptor.
 exec ./tests/verbs_tests --gtest_color=no \
-  --gtest_filter='Verbs.EagerSlots*:-Verbs.EagerSlotsWakeReceiversThatSleep'
+  --gtest_filter='Verbs.EagerSlots*:Verbs.RingCalls*:-Verbs.EagerSlotsWakeReceiversThatSleep'

@@ -16,6 +16,7 @@
 #include "api/debug.hpp"
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
+#include "ring_calls.hpp"
 #include "transports/verbs/footprint.hpp"
 
 namespace rdmacoll {
@@ -614,6 +615,27 @@ TEST(Verbs, EagerSlotsOffOnOneRankMeansSendsForThePair) {
         const EagerMoves m = small_calls(rank, p, 50);
         RANK_CHECK(m.writes == 0 && m.fallbacks == 0,
                    m.writes << " eager writes, " << m.fallbacks << " fallbacks");
+        destroy_process_group();
+      },
+      opt));
+}
+
+// Ring all-gathers across hosts: QPs to the two ring neighbours only, one control message per
+// call (an RDMA WRITE into the predecessor's eager slots), and every disagreement raised on
+// every rank, found by the odd rank's neighbours and spread along the ring; the predecessor's
+// writes land before a rank returns (tests/integration/ring_calls.hpp). The ring is forced so
+// that 16 KiB per rank takes it (the selector's is 1 MiB).
+TEST(Verbs, RingCallsConnectTwoNeighboursAndDisagreementsRaiseEverywhere) {
+  RunOptions opt;
+  opt.init = false;
+  opt.env = {{"RDMACOLL_ALGO", "ring"}};
+  expect_all_ok(run_ranks(
+      5,
+      [](int rank, int world) {
+        init_as_own_host(rank);
+        require_verbs();
+        testing::ring_calls_talk_to_two_neighbours(4096);
+        testing::ring_disagreements_raise_everywhere(rank, world, 4096);
         destroy_process_group();
       },
       opt));
