@@ -63,6 +63,9 @@ std::vector<int> connection_plan(const GroupPlan& plan, const std::vector<int>& 
   } else if (plan.descriptors == DescriptorPeers::RecursiveDoubling) {
     const std::vector<int> d = peers_of(recursive_doubling(order, rank));
     v.insert(v.end(), d.begin(), d.end());
+  } else if (plan.descriptors == DescriptorPeers::RingStep) {
+    const std::vector<int> d = peers_of(ring(order, rank));
+    v.insert(v.end(), d.begin(), d.end());
   } else if (plan.descriptors == DescriptorPeers::Every) {
     for (int r = 0; r < p; ++r)
       v.push_back(r);

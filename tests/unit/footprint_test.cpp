@@ -4,9 +4,9 @@
 // and 64 send buffers (394 KB), later 8 send buffers (32 KiB), and 96 then 64 CQ entries. QPs
 // are made on first use, so with the connection plan (src/schedule/connection_plan.hpp) as the
 // peers a rank touches, the footprint grows as log p for recursive doubling and stays flat for
-// the ring. Each connected peer adds its ring of eager slots (35 KB), so that part grows with
-// the peers a rank touches, not with p. The SoftRoCE suite checks the live transport reports
-// this plan.
+// the ring, whose calls exchange descriptors with its two neighbours only. Each connected peer adds
+// its ring of eager slots (35 KB), so that part grows with the peers a rank touches, not with p.
+// The SoftRoCE suite checks the live transport reports this plan.
 
 #include "transports/verbs/footprint.hpp"
 
@@ -139,16 +139,18 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
       EXPECT_LE(fr.queue_pairs, ring_at_4.queue_pairs) << p << " ranks";
       EXPECT_LE(fr.pinned_control_bytes, ring_at_4.pinned_control_bytes) << p << " ranks";
       EXPECT_LE(fr.cq_entries, ring_at_4.cq_entries) << p << " ranks";
-      // The ring flat as above is the plan once its descriptors travel along the ring; the
-      // engine still sends them on recursive doubling's or Bruck's rounds (call.cpp), which
-      // adds at most 2 ceil(log2 p) peers to the ring's two. This is what a ring group holds
-      // today.
-      const auto ring_today =
-          connection_plan({Algorithm::Ring, true, false,
-                           schedule::is_power_of_two(p) ? DescriptorPeers::RecursiveDoubling
-                                                        : DescriptorPeers::Bruck},
-                          identity(p), rank);
-      EXPECT_LE(ring_today.size(), 2 * log_p + 2) << p << " ranks, rank " << rank;
+      // The ring as the engine runs it (call.cpp): its descriptors take the ring step only,
+      // to and from the two ring neighbours it writes to and receives from, so the plan is
+      // the ring's own. A group that also makes small calls adds Bruck's rounds (rank +- 2^k):
+      // at most 2 ceil(log2 p) + 2 peers.
+      const auto ring_calls = connection_plan(
+          {Algorithm::Ring, true, false, DescriptorPeers::RingStep}, identity(p), rank);
+      EXPECT_EQ(ring_calls, ring) << p << " ranks, rank " << rank;
+      EXPECT_EQ(ring_calls.size(), static_cast<size_t>(std::min(p - 1, 2)))
+          << p << " ranks, rank " << rank;
+      const auto ring_and_small = connection_plan(
+          {Algorithm::Ring, true, false, DescriptorPeers::Bruck}, identity(p), rank);
+      EXPECT_LE(ring_and_small.size(), 2 * log_p + 2) << p << " ranks, rank " << rank;
       if (!schedule::is_power_of_two(p)) continue;
       const auto rd = connection_plan(
           {Algorithm::RecursiveDoubling, true, true, DescriptorPeers::RecursiveDoubling},
