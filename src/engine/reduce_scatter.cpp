@@ -69,20 +69,25 @@ void Engine::reduce_scatter_ring(GroupState& g, const ReduceScatterRound& a) {
     key = region->packed_key();
     mine.key = key;
   }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
-  check_descriptors(call, all);
   const schedule::Schedule sched = schedule::ring_reduce_scatter(g.ring_order, g.rank);
   const int next = sched.steps[0].sends[0].peer;
   const int prev = sched.steps[0].recvs[0].peer;
-  for (int s = 0; s + 1 < p; ++s) {
-    const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(s));
-    call.recvs().push_back({call.guarded([&] {
-                              return transport_.expect(call.global(prev), *region, s * piece, piece,
-                                                       tag);
-                            }),
-                            prev, Pending::Kind::Arrival, sched.steps[s].recvs[0].first, 1});
+  // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
+  // successor's descriptor comes back (engine.cpp, call.hpp).
+  if (mine.ok) {
+    for (int s = 0; s + 1 < p; ++s) {
+      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(s));
+      call.recvs().push_back({call.guarded([&] {
+                                return transport_.expect(call.global(prev), *region, s * piece,
+                                                         piece, tag);
+                              }),
+                              prev, Pending::Kind::Arrival, sched.steps[s].recvs[0].first, 1});
+    }
   }
+  const std::vector<CallDescriptor>& all = exchange_descriptors(
+      transport_, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+  check_descriptors(call, all);
   const CallDescriptor& dst = all[next];
   if ((p - 1) * piece > dst.out_bytes) {  // never write outside what the peer advertised
     throw TransportError(call.where() + ": refusing to write " + std::to_string((p - 1) * piece) +

@@ -11,6 +11,7 @@
 
 #include "api/debug.hpp"
 #include "gather_check.hpp"
+#include "reduce_check.hpp"
 
 namespace rdmacoll::testing {
 
@@ -31,6 +32,21 @@ inline void ring_calls_talk_to_two_neighbours(int64_t ring_numel) {
   const uint64_t sent = detail::control_messages_sent() - before;
   if (descriptors_forced_direct()) return;
   RANK_CHECK(sent == 3, sent << " control messages for 3 ring calls; want 1 each");
+  RANK_CHECK(detail::connected_peers() == 2, detail::connected_peers()
+                                                 << " peers connected by ring calls; want 2");
+}
+
+// The ring reduce-scatter (every reduce-scatter across hosts above the eager limit) likewise:
+// `numel` float32 elements per rank and piece, one control message per call, the same two
+// neighbours.
+inline void ring_reduce_scatters_talk_to_two_neighbours(int64_t numel) {
+  const uint64_t before = detail::control_messages_sent();
+  for (int iter = 0; iter < 3; ++iter)
+    reduction::reduce_scatter_and_check({}, numel, DType::Float32, ReduceOp::Sum, iter,
+                                        reduction::Layout::Flat);
+  const uint64_t sent = detail::control_messages_sent() - before;
+  if (descriptors_forced_direct()) return;
+  RANK_CHECK(sent == 3, sent << " control messages for 3 ring reduce-scatters; want 1 each");
   RANK_CHECK(detail::connected_peers() == 2, detail::connected_peers()
                                                  << " peers connected by ring calls; want 2");
 }
@@ -83,7 +99,23 @@ inline void expect_ring_disagreement_raises_everywhere(int rank, int world, int6
   gather_and_check({}, 8, DType::Float32, DType::Float32, false, iter);
 }
 
+// A ring reduce-scatter in which rank `odd` passes twice the others' size: every rank raises,
+// then the group goes on.
+inline void expect_ring_reduce_scatter_disagreement_raises_everywhere(int rank, int world,
+                                                                      int64_t numel, int odd,
+                                                                      int iter) {
+  const int64_t n = rank == odd ? 2 * numel : numel;
+  Tensor in = zeros({world * n});
+  Tensor out = zeros({n});
+  expect_throw_with<InvalidArgument>([&] { reduce_scatter_tensor(out, in, ReduceOp::Sum); },
+                                     "disagree");
+  reduction::reduce_scatter_and_check({}, numel, DType::Float32, ReduceOp::Sum, iter,
+                                      reduction::Layout::Flat);
+}
+
 inline void ring_disagreements_raise_everywhere(int rank, int world, int64_t ring_numel) {
+  for (int odd : {0, world - 1})
+    expect_ring_reduce_scatter_disagreement_raises_everywhere(rank, world, 4096, odd, odd);
   int iter = 1;
   for (RingDisagreement kind :
        {RingDisagreement::Size, RingDisagreement::SmallAmongRing, RingDisagreement::RingAmongSmall,

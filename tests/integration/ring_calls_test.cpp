@@ -34,6 +34,7 @@ TEST(RingCalls, TalkToTheTwoRingNeighboursOnly) {
       [](int rank, int) {
         init_as_own_host(rank);
         testing::ring_calls_talk_to_two_neighbours(kRingNumel);
+        testing::ring_reduce_scatters_talk_to_two_neighbours(4096);
         destroy_process_group();
       },
       own_hosts()));

@@ -635,6 +635,7 @@ TEST(Verbs, RingCallsConnectTwoNeighboursAndDisagreementsRaiseEverywhere) {
         init_as_own_host(rank);
         require_verbs();
         testing::ring_calls_talk_to_two_neighbours(4096);
+        testing::ring_reduce_scatters_talk_to_two_neighbours(4096);
         testing::ring_disagreements_raise_everywhere(rank, world, 4096);
         destroy_process_group();
       },
