@@ -272,7 +272,7 @@ enum class Rounds { Direct, Bruck, RecursiveDoubling };
 // Across hosts the descriptors take log-p rounds of an all-gather, where the direct round
 // sends p - 1 messages (at 1024 ranks an 8-byte call sent 1023 per rank): recursive doubling
 // where p is a power of two, so a rank talks only to rank xor 2^k in its virtual order, the
-// peers of the recursive-doubling all-gather itself; Bruck's all-gather (rank +- 2^k)
+// peers of the recursive-doubling all-gather itself; Bruck's all-gather (ring position +- 2^k)
 // otherwise. Over verbs, where QPs are made on first use, those are the peers a rank connects.
 // On one host the direct round stays while the group's eager slots may carry the descriptors:
 // its messages are parallel copies through shared memory with no chain of dependent rounds,

@@ -267,14 +267,14 @@ const std::vector<CallDescriptor>& exchange_descriptors(
     transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
     DescriptorsNeeded needed = DescriptorsNeeded::All);
 
-// Every rank sees the same descriptors, so every rank raises the same InvalidArgument: for a
-// different collective, a rank that rejected its arguments, or sizes, dtypes, lengths, the
-// reduce operator or the eager path that differ.
-// A call that saw only its successor's descriptor checks that pair: around the ring, every
-// pair agreeing is every rank agreeing.
-void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
 // Raises InvalidArgument(where: reason), noting the reason for the neighbours (ring-step mode).
 [[noreturn]] void reject(const Call& call, const std::string& reason);
+
+// Every rank sees the same descriptors, so every rank raises the same InvalidArgument: for a
+// different collective, a rank that rejected its arguments, or sizes, dtypes, lengths, the
+// reduce operator or the eager path that differ. A call that saw only its successor's
+// descriptor checks that pair: around the ring, every pair agreeing is every rank agreeing.
+void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all);
 
 }  // namespace rdmacoll::engine
