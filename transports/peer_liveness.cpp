@@ -71,6 +71,29 @@ std::optional<std::string> PeerLiveness::failure(int rank) {
   return p.failure;
 }
 
+bool PeerLiveness::gone_or_exiting(int rank) {
+  const Peer& p = peers_.at(rank);
+  if (!p.same_host) return false;
+  if (watch(rank) || failure(rank)) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(p.pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (!f) return true;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* name_end = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+  char state = 0;
+  unsigned long flags = 0;
+  // After the name: state ppid pgrp session tty_nr tpgid flags.
+  if (!name_end || std::sscanf(name_end + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) {
+    return true;
+  }
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+}
+
 std::vector<int> PeerLiveness::fds() const {
   std::vector<int> out;
   for (const auto& p : peers_) {

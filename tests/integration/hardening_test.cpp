@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "bootstrap/store.hpp"
 #include "gather_check.hpp"
+#include "transports/peer_liveness.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -376,6 +378,31 @@ TEST(Hardening, CleanupAfterAKilledRankIsBoundedByTheGrace) {
 TEST(Hardening, CleanupWithRank0StoppedIsBoundedByTheGrace) {
   // Timeout 3 s: the survivors raise Timeout at 3 s, then leave within ~3 s.
   expect_bounded_cleanup(0, SIGSTOP, "3", 6.0);
+}
+
+// Before it maps a same-host peer's shared memory (the eager slots) the UCX transport asks
+// whether the peer is gone or exiting: UCX 1.13 crashes on the key of a segment that went with
+// its process (chaos.smoke: a rank killed during a group's first call).
+TEST(PeerLiveness, ALivePeerIsNotExitingAndAKilledOneIsGone) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char c;
+    ::close(fds[1]);
+    [[maybe_unused]] ssize_t n = ::read(fds[0], &c, 1);  // until the parent closes its end
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  transport::PeerLiveness live;
+  live.reset({{transport::host_key(), ::getpid()}, {transport::host_key(), child}});
+  EXPECT_FALSE(live.gone_or_exiting(0));
+  EXPECT_FALSE(live.gone_or_exiting(1));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(live.gone_or_exiting(1));
+  ::close(fds[1]);
 }
 
 }  // namespace

@@ -307,6 +307,9 @@ class UcxTransport final : public Transport {
   void* map_remote(int peer, uint64_t base, size_t length,
                    std::span<const uint8_t> packed_key) override {
     if (!shm_ || packed_key.empty() || length == 0 || !peers_.at(peer)->same_host) return nullptr;
+    // A peer that is gone or exiting may have taken its segment with it, and UCX 1.13 crashes
+    // on such a key (peer_liveness.hpp). Without a mapping the group's slots stay off.
+    if (liveness_.gone_or_exiting(peer)) return nullptr;
     ucp_rkey_h rkey = nullptr;
     if (ucp_ep_rkey_unpack(ep(peer), packed_key.data(), &rkey) != UCS_OK) return nullptr;
     void* first = nullptr;
