@@ -144,19 +144,20 @@ CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* dat
   return d;
 }
 
-// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`).
+// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
+// but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
 // buffers or eager slots): valid until the group's next call.
 const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
                                                      const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
-                                                     const size_t* lengths) {
+                                                     const size_t* lengths, int parsed = -1) {
   const int p = g.size();
   CallScratch& s = g.scratch;
   s.descriptors.resize(p);
   s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
-    if (peer == g.rank) continue;
+    if (peer == g.rank || peer == parsed) continue;
     s.descriptors[peer] = parse_one(g, call, peer, messages[peer], lengths[peer]);
   }
   return s.descriptors;
@@ -390,8 +391,10 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
 // every rank checks the successor's descriptor against its own right after that round, and
 // errors spread along the ring (Call::watch_neighbours): the ranks on either side of a
 // disagreement find it, and the ranks stuck waiting hear of it.
-void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
-                     Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
+// Returns the successor's group rank once its descriptor is parsed into the scratch (ring-step
+// mode), else -1.
+int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
+                    Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
   const int p = g.size();
   CallScratch& s = g.scratch;
   const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
@@ -442,6 +445,7 @@ void exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t 
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   call.recvs().resize(recvs_before);
+  return ring_step ? succ : -1;
 }
 
 }  // namespace
@@ -469,10 +473,10 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   s.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
-    exchange_rounds(t, g, call, capacity, kind, mine, needed);
+    const int parsed = exchange_rounds(t, g, call, capacity, kind, mine, needed);
     if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
-        parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+        parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data(), parsed);
     s.slots.advance(t, g.members, g.rank, all);
     return all;
   }
@@ -513,7 +517,6 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
 }
 
 void Call::post_watch() {
-  watch_posted_ = true;
   for (int i = 0; i < 2; ++i) {
     std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[i];
     buffer.resize(kMaxErrorBytes);
@@ -543,7 +546,7 @@ void Call::check_neighbours() {
 void Call::spread_error() noexcept {
   spreading_ = true;
   try {
-    if (!watch_posted_) post_watch();
+    if (watch_.empty()) post_watch();
     std::string reason = error_text_.empty() ? "rank " + std::to_string(g_.global_rank) +
                                                    " left the call with an error"
                                              : error_text_;

@@ -81,7 +81,6 @@ class Call {
   // InvalidArgument tells both ring neighbours (group ranks `pred`, `succ`), and a rank whose
   // wait goes idle listens for their reports and raises what they say.
   void watch_neighbours(int pred, int succ) {
-    watching_ = true;
     neighbour_[0] = pred;
     neighbour_[1] = succ;
   }
@@ -89,8 +88,7 @@ class Call {
   // for their word (spread_error), once. Run before the call's registrations go
   // (ExposedRegion), since the predecessor's writes may still be landing in them.
   void leave_failed() {
-    if (watching_ && !spread_done_ && std::uncaught_exceptions() > uncaught_ && !g_.broken) {
-      spread_done_ = true;
+    if (watching() && !spreading_ && std::uncaught_exceptions() > uncaught_ && !g_.broken) {
       spread_error();
     }
   }
@@ -116,7 +114,7 @@ class Call {
         all_done = false;
       }
       if (all_done) return;
-      if (watch_posted_ && !spreading_) check_neighbours();
+      if (!watch_.empty() && !spreading_) check_neighbours();
       if (t_.progress()) {
         idle = 0;
         continue;
@@ -127,7 +125,7 @@ class Call {
       }
       if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
       // Listening costs two receives (and their cancels), so only calls that wait pay it.
-      if (watching_ && !watch_posted_) post_watch();
+      if (watching() && watch_.empty()) post_watch();
       t_.wait_for_event(deadline_);
     }
   }
@@ -173,6 +171,7 @@ class Call {
   }
 
  private:
+  bool watching() const { return neighbour_[0] >= 0; }  // ring-step mode
   void post_watch();        // receives for the neighbours' error reports
   void check_neighbours();  // raises a neighbour's report once it has come
   // Sends our error to both neighbours and waits for theirs: a ring rank writes into its
@@ -230,11 +229,8 @@ class Call {
   Clock::time_point spin_until_{};
   std::vector<Pending>& recvs_;  // the group's scratch lists
   std::vector<Pending>& sends_;
-  std::vector<Pending> watch_;  // ring-step mode: the neighbours' error reports
-  bool watching_ = false;
-  bool watch_posted_ = false;
-  bool spreading_ = false;
-  bool spread_done_ = false;
+  std::vector<Pending> watch_;   // ring-step mode: the neighbours' error reports, once posted
+  bool spreading_ = false;       // spread_error ran (it runs once)
   int neighbour_[2] = {-1, -1};  // predecessor, successor
   mutable std::string error_text_;
   int uncaught_ = std::uncaught_exceptions();

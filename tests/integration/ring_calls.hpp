@@ -22,33 +22,41 @@ inline bool descriptors_forced_direct() {
   return v && std::string(v) == "direct";
 }
 
+// Runs `calls` (3 ring calls) and checks they sent one control message each and that this
+// rank has connected its two ring neighbours and no one else.
+inline void expect_one_message_per_call_and_two_peers(const std::function<void(int)>& call,
+                                                      const char* what) {
+  const uint64_t before = detail::control_messages_sent();
+  for (int iter = 0; iter < 3; ++iter)
+    call(iter);
+  const uint64_t sent = detail::control_messages_sent() - before;
+  if (descriptors_forced_direct()) return;
+  RANK_CHECK(sent == 3, sent << " control messages for 3 " << what << "; want 1 each");
+  RANK_CHECK(detail::connected_peers() == 2, detail::connected_peers()
+                                                 << " peers connected by ring calls; want 2");
+}
+
 // `ring_numel` float32 elements per rank make the selector pick the ring (1 MiB, or less with
 // RDMACOLL_ALGO=ring). On a world that has made no call yet: the ring calls connect the two
 // ring neighbours only and send one control message per call.
 inline void ring_calls_talk_to_two_neighbours(int64_t ring_numel) {
-  const uint64_t before = detail::control_messages_sent();
-  for (int iter = 0; iter < 3; ++iter)
-    gather_and_check({}, ring_numel, DType::Float32, DType::Float32, false, iter);
-  const uint64_t sent = detail::control_messages_sent() - before;
-  if (descriptors_forced_direct()) return;
-  RANK_CHECK(sent == 3, sent << " control messages for 3 ring calls; want 1 each");
-  RANK_CHECK(detail::connected_peers() == 2, detail::connected_peers()
-                                                 << " peers connected by ring calls; want 2");
+  expect_one_message_per_call_and_two_peers(
+      [&](int iter) {
+        gather_and_check({}, ring_numel, DType::Float32, DType::Float32, false, iter);
+      },
+      "ring all-gathers");
 }
 
 // The ring reduce-scatter (every reduce-scatter across hosts above the eager limit) likewise:
 // `numel` float32 elements per rank and piece, one control message per call, the same two
 // neighbours.
 inline void ring_reduce_scatters_talk_to_two_neighbours(int64_t numel) {
-  const uint64_t before = detail::control_messages_sent();
-  for (int iter = 0; iter < 3; ++iter)
-    reduction::reduce_scatter_and_check({}, numel, DType::Float32, ReduceOp::Sum, iter,
-                                        reduction::Layout::Flat);
-  const uint64_t sent = detail::control_messages_sent() - before;
-  if (descriptors_forced_direct()) return;
-  RANK_CHECK(sent == 3, sent << " control messages for 3 ring reduce-scatters; want 1 each");
-  RANK_CHECK(detail::connected_peers() == 2, detail::connected_peers()
-                                                 << " peers connected by ring calls; want 2");
+  expect_one_message_per_call_and_two_peers(
+      [&](int iter) {
+        reduction::reduce_scatter_and_check({}, numel, DType::Float32, ReduceOp::Sum, iter,
+                                            reduction::Layout::Flat);
+      },
+      "ring reduce-scatters");
 }
 
 enum class RingDisagreement {
