@@ -63,6 +63,12 @@ Group new_group(const std::vector<int>& ranks,
 // first: all groups of a process share its one transport (connections, registrations).
 Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// A group of its members alone, with a world of its own (its own rendezvous over `store` and its
+// own connections), for when this process has no default process group of rdmacoll: the torch
+// backend makes one for new_group(backend="rdmacoll") under another default backend. Every
+// member calls it with the store they share, its group rank and the group size.
+Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                           std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
 // its shared memory is freed, and `group` becomes the default group. Other copies of the
 // handle raise InvalidArgument when used. Dropping the last handle frees a group too. Each
@@ -112,5 +118,22 @@ Work broadcast(Tensor& tensor, int src, const Group& group = {}, bool async_op =
 
 // Waits until every member has entered the barrier.
 Work barrier(const Group& group = {}, bool async_op = false);
+
+// The collectives, for calls that name one (reject).
+enum class Collective : uint8_t { AllGather, AllReduce, ReduceScatter, Broadcast, Barrier };
+
+// For a layer above rdmacoll (the torch backend) whose own checks refuse this rank's arguments
+// to a collective: takes this rank's part in the group's next `collective` without data, so
+// that every member raises InvalidArgument ("rank R rejected its arguments: why", as when
+// rdmacoll's own checks refuse), nothing is written and the group stays in step. This rank's
+// Work raises InvalidArgument(why).
+Work reject(Collective collective, const std::string& why, const Group& group = {},
+            bool async_op = false);
+
+// Leaves at once, for a process that is exiting without destroy_process_group (an uncaught
+// exception, a signal): outstanding and queued work fails within a fraction of a second,
+// connections close so that peers raise PeerFailure, and nothing waits for the other ranks.
+// Afterwards the process may initialize again. A no-op when not initialized.
+void abort_process_group();
 
 }  // namespace rdmacoll

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 #include "common/settings.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "engine/leaving.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
 #include "topology/topology.hpp"
@@ -111,9 +113,16 @@ std::string shape_string(const std::vector<int64_t>& sizes) {
 }
 
 GroupState& resolve(const Group& group, const char* what) {
-  Context& ctx = require_context(what);
-  if (group.is_default()) return *ctx.world;
+  if (group.is_default()) return *require_context(what).world;
   GroupState& g = *group.state();
+  if (g.own_world) {  // a standalone group: its world is its own
+    if (g.destroyed) {
+      throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                            " was destroyed by destroy_group()");
+    }
+    return g;
+  }
+  Context& ctx = require_context(what);
   // Its transport (and the memory its eager slots live in) went with that process group.
   if (g.generation != ctx.generation) {
     throw InvalidArgument(std::string(what) + ": " + g.describe() +
@@ -434,12 +443,11 @@ const std::vector<int>& Group::ranks() const {
   return resolve(*this, "Group::ranks").members;
 }
 
-void init_process_group(const InitOptions& options) {
-  if (context()) {
-    throw InvalidArgument(
-        "init_process_group: already initialized; call "
-        "destroy_process_group() first");
-  }
+namespace {
+
+// Rendezvous of a world: every rank meets through the store, agrees on the settings and the
+// transport, and connects. Shared by init_process_group() and new_standalone_group().
+std::unique_ptr<Context> make_world(const InitOptions& options) {
   auto ctx = std::make_unique<Context>();
   bootstrap::Rendezvous rv;
   if (options.store) {
@@ -546,7 +554,42 @@ void init_process_group(const InitOptions& options) {
               std::to_string(ctx->world->hosts) + " host(s), transport=" +
               ctx->transport->describe() + ", rendezvous: " + ctx->store->describe());
   }
-  context() = std::move(ctx);
+  return ctx;
+}
+
+// Standalone groups, each with a world of its own: abort_process_group() ends them too.
+std::vector<std::weak_ptr<GroupState>>& standalone_groups() {
+  static std::vector<std::weak_ptr<GroupState>> groups;
+  return groups;
+}
+std::mutex standalone_mutex;
+
+}  // namespace
+
+void init_process_group(const InitOptions& options) {
+  if (context()) {
+    throw InvalidArgument(
+        "init_process_group: already initialized; call "
+        "destroy_process_group() first");
+  }
+  context() = make_world(options);
+}
+
+Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                           std::optional<std::chrono::milliseconds> timeout) {
+  if (!store) throw InvalidArgument("new_standalone_group: no store given");
+  InitOptions o;
+  o.store = store;
+  o.rank = group_rank;
+  o.world_size = group_size;
+  o.timeout = timeout;
+  std::shared_ptr<Context> ctx = make_world(o);
+  std::shared_ptr<GroupState> g = std::move(ctx->world);
+  g->own_world = ctx;
+  std::lock_guard lock(standalone_mutex);
+  std::erase_if(standalone_groups(), [](const auto& w) { return w.expired(); });
+  standalone_groups().push_back(g);
+  return Group(std::move(g));
 }
 
 bool is_initialized() {
@@ -802,6 +845,33 @@ void destroy_process_group() {
   ctx.reset();
 }
 
+void abort_process_group() {
+  auto& ctx = context();
+  // Running and queued work fails at its next idle round instead of waiting for peers.
+  engine::process_leaving().store(true);
+  {
+    std::lock_guard lock(standalone_mutex);
+    for (const auto& w : standalone_groups()) {
+      if (auto g = w.lock()) {
+        g->queue.drain();
+        if (!g->broken) g->broken = "this process left (abort_process_group)";
+      }
+    }
+  }
+  if (ctx) {
+    if (ctx->server) ctx->server->stop_accepting();
+    ctx->world->queue.drain();
+    for (const auto& w : ctx->groups) {
+      if (auto g = w.lock()) g->queue.drain();
+    }
+    // Connections close with the transport: peers see this rank leave and raise PeerFailure.
+    ctx->engine.reset();
+    ctx->transport.reset();
+    ctx.reset();
+  }
+  engine::process_leaving().store(false);
+}
+
 bool Work::is_completed() const {
   return !state_ || state_->completed();
 }
@@ -834,7 +904,9 @@ Work issue(GroupState& g, bool async_op, const char* what, Body&& body, MakeAsyn
   return Work(g.queue.submit(make_async(), what));
 }
 
-engine::Engine& engine_of(const char* what) {
+// A standalone group runs on its own world's engine, every other group on the default world's.
+engine::Engine& engine_of(const GroupState& g, const char* what) {
+  if (g.own_world) return *static_cast<Context*>(g.own_world.get())->engine;
   return *require_context(what).engine;
 }
 
@@ -953,7 +1025,7 @@ Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& gr
                             bool async_op) {
   constexpr const char* what = "all_gather_into_tensor";
   GroupState& g = resolve(group, what);
-  engine::Engine& e = engine_of(what);
+  engine::Engine& e = engine_of(g, what);
   return issue(
       g, async_op, what, [&] { all_gather_into_tensor_now(e, g, output, input); },
       [&] {
@@ -966,7 +1038,7 @@ Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& 
                 bool async_op) {
   constexpr const char* what = "all_gather";
   GroupState& g = resolve(group, what);
-  engine::Engine& e = engine_of(what);
+  engine::Engine& e = engine_of(g, what);
   return issue(
       g, async_op, what, [&] { all_gather_now(e, g, outputs, input); },
       [&] { return [&e, &g, outputs, input]() mutable { all_gather_now(e, g, outputs, input); }; });
@@ -975,7 +1047,7 @@ Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& 
 Work all_reduce(Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
   constexpr const char* what = "all_reduce";
   GroupState& g = resolve(group, what);
-  engine::Engine& e = engine_of(what);
+  engine::Engine& e = engine_of(g, what);
   return issue(
       g, async_op, what, [&] { all_reduce_now(e, g, tensor, op); },
       [&] { return [&e, &g, tensor, op]() mutable { all_reduce_now(e, g, tensor, op); }; });
@@ -985,7 +1057,7 @@ Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op, con
                            bool async_op) {
   constexpr const char* what = "reduce_scatter_tensor";
   GroupState& g = resolve(group, what);
-  engine::Engine& e = engine_of(what);
+  engine::Engine& e = engine_of(g, what);
   return issue(
       g, async_op, what, [&] { reduce_scatter_now(e, g, output, input, op); },
       [&] {
@@ -997,7 +1069,7 @@ Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op, con
 Work broadcast(Tensor& tensor, int src, const Group& group, bool async_op) {
   constexpr const char* what = "broadcast";
   GroupState& g = resolve(group, what);
-  engine::Engine& e = engine_of(what);
+  engine::Engine& e = engine_of(g, what);
   return issue(
       g, async_op, what, [&] { broadcast_now(e, g, tensor, src); },
       [&] { return [&e, &g, tensor, src]() mutable { broadcast_now(e, g, tensor, src); }; });
@@ -1005,9 +1077,37 @@ Work broadcast(Tensor& tensor, int src, const Group& group, bool async_op) {
 
 Work barrier(const Group& group, bool async_op) {
   GroupState& g = resolve(group, "barrier");
-  engine::Engine& e = engine_of("barrier");
+  engine::Engine& e = engine_of(g, "barrier");
   auto body = [&e, &g] { e.barrier(g); };
   return issue(g, async_op, "barrier", body, [&] { return body; });
+}
+
+Work reject(Collective collective, const std::string& why, const Group& group, bool async_op) {
+  if (why.empty()) throw InvalidArgument("reject: the reason must not be empty");
+  constexpr const char* what = "reject";
+  GroupState& g = resolve(group, what);
+  engine::Engine& e = engine_of(g, what);
+  // This rank's part of the call, with no data: its descriptor says why, so the peers raise.
+  auto body = [&e, &g, collective, why] {
+    switch (collective) {
+      case Collective::AllGather: {
+        engine::AllGatherArgs a;
+        a.local_error = why;
+        return e.all_gather(g, a);
+      }
+      case Collective::AllReduce:
+        return e.all_reduce(g, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
+      case Collective::ReduceScatter:
+        return e.reduce_scatter(g, nullptr, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
+      case Collective::Broadcast:
+        return e.broadcast(g, nullptr, DType::Float32, 0, 0, why);
+      case Collective::Barrier:
+        return e.barrier(g, why);
+    }
+    throw InvalidArgument("reject: unknown collective " +
+                          std::to_string(static_cast<int>(collective)));
+  };
+  return issue(g, async_op, what, body, [&] { return body; });
 }
 
 }  // namespace rdmacoll

@@ -594,6 +594,14 @@ void check_same_collective(const Call& call, const std::vector<CallDescriptor>& 
   }
 }
 
+void check_rejections(const Call& call, const std::vector<CallDescriptor>& all) {
+  const int only = call.group().scratch.seen_only;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (only >= 0 && static_cast<int>(r) != only) continue;
+    if (!all[r].ok) reject(call, rejected_arguments(call, static_cast<int>(r), all[r]));
+  }
+}
+
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
   const int only = call.group().scratch.seen_only;
   if (only >= 0) {
@@ -602,9 +610,7 @@ void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all)
     return;
   }
   check_same_collective(call, all);
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].ok) reject(call, rejected_arguments(call, static_cast<int>(r), all[r]));
-  }
+  check_rejections(call, all);
   for (size_t r = 1; r < all.size(); ++r) {
     if (auto why = arguments_differ(call, 0, all[0], static_cast<int>(r), all[r])) {
       reject(call, *why);

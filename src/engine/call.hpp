@@ -14,6 +14,7 @@
 #include "engine/eager_slots.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "engine/leaving.hpp"
 #include "engine/pending.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transports/transport.hpp"
@@ -120,6 +121,7 @@ class Call {
         continue;
       }
       if (keep_spinning(idle)) continue;
+      check_leaving();
       for (size_t i = begin; i < end; ++i) {
         if (!list[i].req->done()) check_alive(list[i].peer);
       }
@@ -153,6 +155,7 @@ class Call {
         continue;
       }
       t_.progress();
+      check_leaving();
       for (int peer = 0; peer < p; ++peer) {
         if (peer != g_.rank && !arrived(peer)) check_alive(peer);
       }
@@ -206,6 +209,12 @@ class Call {
       return true;
     }
     return false;
+  }
+
+  void check_leaving() {
+    if (process_leaving().load(std::memory_order_relaxed)) {
+      fail<PeerFailure>(where() + ": this process is leaving (abort_process_group)");
+    }
   }
 
   void check_alive(int peer) {
@@ -272,5 +281,7 @@ const std::vector<CallDescriptor>& exchange_descriptors(
 // descriptor checks that pair: around the ring, every pair agreeing is every rank agreeing.
 void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all);
+// Raises for a rank that rejected its own arguments (check_descriptors does this too).
+void check_rejections(const Call& call, const std::vector<CallDescriptor>& all);
 
 }  // namespace rdmacoll::engine

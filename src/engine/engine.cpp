@@ -227,10 +227,12 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
   call.wait(call.sends(), 0, call.sends().size());
 }
 
-void Engine::barrier(GroupState& g) {
+void Engine::barrier(GroupState& g, const std::string& local_error) {
   check_usable(g, "barrier");
   if (g.size() == 1) {
     ++g.next_seq;
+    if (!local_error.empty())
+      throw InvalidArgument("barrier (" + g.describe() + "): " + local_error);
     return;
   }
   Call call(transport_, g, "barrier", spin_);
@@ -239,6 +241,11 @@ void Engine::barrier(GroupState& g) {
   mine.group = g.id;
   mine.rank = g.rank;
   mine.op = CollectiveOp::Barrier;
-  check_same_collective(call, exchange_descriptors(transport_, g, call, mine));
+  mine.ok = local_error.empty();
+  mine.error = local_error;
+  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
+  check_same_collective(call, all);
+  check_rejections(call, all);
 }
 }  // namespace rdmacoll::engine

@@ -56,7 +56,8 @@ class Engine {
   // In place over data[0, numel), from group rank `root`.
   void broadcast(GroupState& group, void* data, DType dtype, int64_t numel, int root,
                  const std::string& local_error);
-  void barrier(GroupState& group);
+  // `local_error` as for all_gather (a layer above refused this rank's call).
+  void barrier(GroupState& group, const std::string& local_error = {});
 
  public:
   // One round of a reduce-scatter: piece j is m elements at in + j * stride bytes.

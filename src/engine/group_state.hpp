@@ -54,6 +54,9 @@ class GroupState {
     if (auto t = transport.lock()) scratch.slots.release(*t);
   }
 
+  // A standalone group (new_standalone_group) holds its own world (store, transport, engine),
+  // which lives as long as the group; declared first, so it goes last.
+  std::shared_ptr<void> own_world;
   uint32_t id = 0;              // 0 is the world; new_group() numbers the rest in call order
   std::vector<int> members;     // global ranks, in group rank order
   int rank = -1;                // this process's group rank, -1 for a non-member
