@@ -1,0 +1,83 @@
+#include "tensors.hpp"
+
+namespace rdmacoll_torch {
+
+std::optional<std::string> unusable(const at::Tensor& t, const char* what) {
+  if (!t.defined()) return std::string(what) + " is an undefined tensor";
+  if (!t.device().is_cpu()) {
+    return std::string(what) + " is on " + t.device().str() +
+           "; rdmacoll moves CPU tensors: for GPU tensors initialize with "
+           "backend=\"cpu:rdmacoll,cuda:nccl\" (NCCL for CUDA, rdmacoll for CPU)";
+  }
+  if (t.layout() != at::kStrided) {
+    return std::string(what) + " has layout " + c10::str(t.layout()) +
+           "; rdmacoll takes dense (strided) tensors, and sparse ones in all_reduce only";
+  }
+  return std::nullopt;
+}
+
+std::optional<rdmacoll::DType> element_dtype(const at::Tensor& t) {
+  using rdmacoll::DType;
+  const at::ScalarType type =
+      t.is_complex() ? c10::toRealValueType(t.scalar_type()) : t.scalar_type();
+  switch (type) {
+    case at::kBool:
+      return DType::Bool;
+    case at::kByte:
+      return DType::UInt8;
+    case at::kChar:
+      return DType::Int8;
+    case at::kShort:
+      return DType::Int16;
+    case at::kInt:
+      return DType::Int32;
+    case at::kLong:
+      return DType::Int64;
+    case at::kHalf:
+      return DType::Float16;
+    case at::kBFloat16:
+      return DType::BFloat16;
+    case at::kFloat:
+      return DType::Float32;
+    case at::kDouble:
+      return DType::Float64;
+    default:
+      return std::nullopt;
+  }
+}
+
+rdmacoll::Tensor flat_view(const at::Tensor& dense, bool bytes) {
+  if (bytes || !element_dtype(dense)) {
+    return rdmacoll::Tensor::view(dense.data_ptr(), rdmacoll::DType::UInt8,
+                                  {static_cast<int64_t>(dense.nbytes())});
+  }
+  const int64_t n = dense.is_complex() ? 2 * dense.numel() : dense.numel();
+  return rdmacoll::Tensor::view(dense.data_ptr(), *element_dtype(dense), {n});
+}
+
+// is_contiguous() means row-major (a channels_last tensor is staged), as the flat view needs.
+Staged stage_input(const at::Tensor& t, bool bytes) {
+  Staged s;
+  s.user = t;
+  s.dense = t.is_contiguous() ? t : t.contiguous();
+  s.view = flat_view(s.dense, bytes);
+  return s;
+}
+
+Staged stage_output(const at::Tensor& t, bool bytes, bool in_place) {
+  Staged s;
+  s.user = t;
+  if (t.is_contiguous()) {
+    s.dense = t;
+  } else {
+    s.dense = in_place ? t.contiguous() : at::empty(t.sizes(), t.options());
+  }
+  s.view = flat_view(s.dense, bytes);
+  return s;
+}
+
+void copy_back(const Staged& s) {
+  if (s.copied()) s.user.copy_(s.dense);
+}
+
+}  // namespace rdmacoll_torch

@@ -1,0 +1,41 @@
+#pragma once
+// torch tensors as the core sees them: dense CPU memory with a core dtype. Tensors that are not
+// contiguous (strided views, channels_last) are staged through a contiguous copy, as gloo does;
+// complex tensors travel as float pairs; dtypes the core has no arithmetic for (float8,
+// uint16/32/64, ...) move as bytes in the collectives that only move data.
+
+#include <ATen/ATen.h>
+
+#include <rdmacoll/tensor.hpp>
+
+#include <optional>
+#include <string>
+
+namespace rdmacoll_torch {
+
+// Why `t` cannot take part in a collective at all (a CUDA or sparse tensor), or nullopt.
+std::optional<std::string> unusable(const at::Tensor& t, const char* what);
+
+// The core dtype of `t`'s elements (of the float pairs, for complex), or nullopt where the core
+// has none: then only collectives that move bytes can take it.
+std::optional<rdmacoll::DType> element_dtype(const at::Tensor& t);
+
+// A tensor staged for the core: `dense` is contiguous (the caller's tensor or a copy of it) and
+// `view` is the core's 1-D view of it, in its element dtype or as bytes.
+struct Staged {
+  at::Tensor user;
+  at::Tensor dense;
+  rdmacoll::Tensor view;
+  bool copied() const { return !dense.is_same(user); }
+};
+
+// An input: copied when not contiguous. An output: a contiguous buffer when the caller's is not,
+// written back by copy_back once the collective is done (in place: both).
+Staged stage_input(const at::Tensor& t, bool bytes);
+Staged stage_output(const at::Tensor& t, bool bytes, bool in_place = false);
+void copy_back(const Staged& s);
+
+// The core view of a contiguous tensor, flattened; as bytes when `bytes`.
+rdmacoll::Tensor flat_view(const at::Tensor& dense, bool bytes);
+
+}  // namespace rdmacoll_torch
