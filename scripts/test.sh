@@ -3,16 +3,20 @@
 # the verbs suite on SoftRoCE inside QEMU VMs (one VM, then two joined by a virtual cable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's heading says when it started.
+stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
 bash scripts/install-deps.sh
 jobs=$(nproc)
-echo "== build (Release, GCC; for /usr, so that it is also what the .deb packages)"
+stage "pip's torch 2.x and the backend's wheel in .venv (scripts/torch-venv.sh)"
+bash scripts/torch-venv.sh
+stage "build (Release, GCC; for /usr, so that it is also what the .deb packages)"
 bash scripts/build.sh build -DCMAKE_INSTALL_PREFIX=/usr
-echo "== ctest"
+stage "ctest (both torch lines: Debian's 1.13 and pip's 2.x in .venv)"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
-echo "== build (ASan+UBSan, clang, with the libFuzzer targets)"
+stage "build (ASan+UBSan, clang, with the libFuzzer targets)"
 CC=clang CXX=clang++ BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-asan-clang \
   "-DRDMACOLL_SANITIZE=address;undefined" -DRDMACOLL_FUZZ=ON
-echo "== ctest (ASan+UBSan, clang; fuzz smoke)"
+stage "ctest (ASan+UBSan, clang; fuzz smoke)"
 # UCX's own allocations are not ours to fix: leaks inside libucs/libucp are suppressed.
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
@@ -20,19 +24,20 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 # cannot be suppressed by name; the sanitizer suite has no PCI NICs to find, so skip the plugin.
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 (cd build-asan-clang && ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
-echo "== build (TSan)"
+stage "build (TSan)"
 BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-tsan -DRDMACOLL_SANITIZE=thread
-echo "== ctest (TSan)"
+stage "ctest (TSan)"
 # libucm's mmap/madvise hooks crash inside TSan's interceptors at thread exit; the UCX
 # transport needs no memory events, so TSan runs without them.
 (cd build-tsan && UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1 \
   ctest --output-on-failure -j "$jobs" --timeout 900 -LE "install|multihost|compare|ansible|chaos")
-echo "== SoftRoCE (verbs over rdma_rxe in QEMU)"
+stage "SoftRoCE (verbs over rdma_rxe in QEMU)"
 bash tests/softroce/run-suite.sh build
-echo "== SoftRoCE under ASan+UBSan: the eager slots, where peers write into our memory"
+stage "SoftRoCE under ASan+UBSan: the eager slots, where peers write into our memory"
 bash tests/softroce/run-vm.sh --timeout 1200 --mem 6144 --cwd "$PWD/build-asan-clang" -- \
   bash "$PWD/tests/softroce/asan-in-vm.sh" "$PWD/build-asan-clang"
-echo "== the .deb on a VM's clean overlay: apt install, an example from /usr over verbs, removal"
+stage "the .deb on a VM's clean overlay: apt install, an example from /usr over verbs, removal"
 bash tests/package/deb-in-vm.sh build
-echo "== Ansible over SSH into two SoftRoCE VMs: provision rxe, install the .deb, bench over verbs"
+stage "Ansible over SSH into two SoftRoCE VMs: provision rxe, install the .deb, bench over verbs"
 bash tests/ansible/softroce/run.sh build
+stage "all passed"

@@ -250,6 +250,7 @@ def case_killed():
     except RuntimeError as e:
         took = time.time() - start
         assert took < 20, f"took {took:.1f} s"
+        assert isinstance(e, DistBackendError), type(e)  # torch 2.x: a communication error
         print(f"ok killed: rank {rank} raised after {took:.2f} s: {str(e)[:120]}", flush=True)
     os._exit(0)  # the world is broken; torch's store host may be the dead rank
 
@@ -357,6 +358,328 @@ def case_ddp():
         for a, b in zip(ours, theirs):
             if not torch.allclose(a, b, atol=1e-6, rtol=0):
                 raise AssertionError(f"zero={zero}: max difference {(a - b).abs().max().item()}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+DistBackendError = getattr(dist, "DistBackendError", RuntimeError)
+
+
+def case_exit():
+    """The last rank leaves after 3 calls: by an uncaught exception, by Ctrl-C (SIGINT) or by
+    ending without destroy_process_group (argv[2]), with torch's default 30-minute timeout. The
+    others are in their next all_reduce: they must raise a communication error within about a
+    second, not at the timeout."""
+    how = sys.argv[2]
+    dist.init_process_group(backend="rdmacoll")
+    rank, p = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == p - 1:
+        print(f"leaving at {time.time():.3f}", flush=True)
+        if how == "exception":
+            raise RuntimeError("the user's code failed")
+        if how == "sigint":
+            # A shell's background job starts with SIGINT ignored; a terminal's Ctrl-C would not.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)  # the KeyboardInterrupt arrives here
+        sys.exit(0)  # "nodestroy"
+    start = time.time()
+    try:
+        for _ in range(100000):
+            dist.all_reduce(t)
+        raise AssertionError("no error after a peer left")
+    except RuntimeError as e:
+        took = time.time() - start
+        assert isinstance(e, DistBackendError), type(e)
+        print(f"ok exit: rank {rank} raised at {time.time():.3f} after {took:.2f} s: "
+              f"{str(e)[:160]}", flush=True)
+    os._exit(0)
+
+
+def case_uaf():
+    """A caller that keeps only the future (torch's quantization hook does) and drops the work
+    and the input: the input must live until the collective has read it. Each call waits behind
+    a large one, so it has not started when its input goes; the freed memory is then reused."""
+    rank, p = init()
+    n = 1 << 18
+    for it in range(5):
+        big = torch.ones(1 << 21)
+        w0 = dist.all_reduce(big, async_op=True)
+        out = torch.zeros(p * n)
+        fut = dist.all_gather_into_tensor(out, torch.full((n,), float(rank + it)),
+                                          async_op=True).get_future()
+        out2 = torch.zeros(n)
+        ins = [torch.full((n,), float(rank * 10 + r + it)) for r in range(p)]
+        fut2 = dist.reduce_scatter(out2, ins, async_op=True).get_future()  # stacked temporary
+        del ins
+        junk = [torch.full((n,), -7.0) for _ in range(16)]  # reuses what was freed
+        fut.wait()
+        fut2.wait()
+        w0.wait()
+        del junk
+        expect_equal(out, torch.cat([torch.full((n,), float(r + it)) for r in range(p)]),
+                     f"all_gather after the input was dropped, round {it}")
+        expect_equal(out2, torch.full((n,), float(sum(r * 10 + rank + it for r in range(p)))),
+                     f"reduce_scatter after the inputs were dropped, round {it}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _mistakes(p):
+    """(what, the offending rank's call, the others' call of the same collective): mistakes only
+    the offending rank can see."""
+    cases = [
+        ("a list of the wrong length",
+         lambda: dist.all_gather([torch.zeros(4) for _ in range(p + 1)], torch.zeros(4),
+                                 async_op=True),
+         lambda: dist.all_gather([torch.zeros(4) for _ in range(p)], torch.zeros(4),
+                                 async_op=True)),
+        ("MAX of complex tensors",
+         lambda: dist.reduce_scatter_tensor(torch.zeros(2, dtype=torch.complex64),
+                                            torch.zeros(2 * p, dtype=torch.complex64),
+                                            op=dist.ReduceOp.MAX, async_op=True),
+         lambda: dist.reduce_scatter_tensor(torch.zeros(2, dtype=torch.complex64),
+                                            torch.zeros(2 * p, dtype=torch.complex64),
+                                            async_op=True)),
+        ("a reduce_scatter list of the wrong length",
+         lambda: dist.reduce_scatter(torch.zeros(4), [torch.zeros(4)] * (p + 1), async_op=True),
+         lambda: dist.reduce_scatter(torch.zeros(4), [torch.zeros(4)] * p, async_op=True)),
+    ]
+    if not TORCH2:  # torch 2.x refuses it in its dispatcher, before any backend sees it
+        cases.append(("a sparse tensor in broadcast",
+                      lambda: dist.broadcast(torch.zeros(4).to_sparse(), 0, async_op=True),
+                      lambda: dist.broadcast(torch.zeros(4), 0, async_op=True)))
+    if TORCH2:
+        cases.append(("a large all_reduce of float8 among float32 ones",
+                      lambda: dist.all_reduce(torch.zeros(1 << 20, dtype=torch.float8_e4m3fn),
+                                              async_op=True),
+                      lambda: dist.all_reduce(torch.zeros(1 << 20), async_op=True)))
+    return cases
+
+
+def case_mistakes():
+    """One rank's mistake (that only it can see) raises at its call, and at every other rank's
+    wait within a second, with the offender's words; the group stays in step: each mistake is
+    caught and the next 100 all_reduce results are checked on every rank."""
+    rank, p = init(timeout_s=60)
+    bad = p - 1
+    for what, bad_call, good_call in _mistakes(p):
+        start = time.time()
+        if rank == bad:
+            try:
+                bad_call()
+            except (RuntimeError, ValueError) as e:
+                assert "rdmacoll" in str(e), str(e)
+            else:
+                raise AssertionError(f"{what}: no error at the offending rank's call")
+        else:
+            work = good_call()
+            try:
+                work.wait()
+            except RuntimeError as e:
+                took = time.time() - start
+                assert f"rank {bad} rejected its arguments" in str(e), (what, str(e))
+                assert took < 1.5, f"{what}: raised after {took:.2f} s"
+            else:
+                raise AssertionError(f"{what}: no error on rank {rank}")
+        for i in range(100):
+            t = torch.full((7,), float(rank + i))
+            dist.all_reduce(t)
+            expect_equal(t, torch.full((7,), float(sum(r + i for r in range(p)))),
+                         f"all_reduce {i} after {what}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_shapes():
+    """What NCCL and gloo accept: an all_gather_into_tensor output of any shape with p x the
+    input's elements; strided (non-contiguous) and channels_last tensors, through a copy."""
+    rank, p = init()
+    every = [torch.arange(6, dtype=torch.float32) + 10 * r for r in range(p)]
+    mine = every[rank].reshape(2, 3)
+    odd = torch.zeros(3 * p, 2)  # neither (2p, 3) nor (p, 2, 3)
+    dist.all_gather_into_tensor(odd, mine)
+    expect_equal(odd.reshape(-1), torch.cat(every), "all_gather_into_tensor, any shape")
+    # An output that is a strided view (every other element of a larger buffer).
+    base = torch.full((2 * 6 * p,), -1.0)
+    strided = base[::2]
+    dist.all_gather_into_tensor(strided, every[rank])
+    expect_equal(strided, torch.cat(every), "all_gather_into_tensor, strided output")
+    expect_equal(base[1::2], torch.full((6 * p,), -1.0), "strided output: gaps untouched")
+    # List all_gather into columns of a matrix (non-contiguous outputs).
+    m = torch.zeros(6, p)
+    dist.all_gather(list(m.unbind(1)), every[rank])
+    expect_equal(m.t().reshape(-1), torch.cat(every), "all_gather into columns")
+    # all_reduce of a transposed view and of a channels_last tensor.
+    t = (torch.arange(12.).reshape(3, 4) + rank).t()
+    dist.all_reduce(t)
+    expect_equal(t, sum(torch.arange(12.).reshape(3, 4) + r for r in range(p)).t(),
+                 "all_reduce of a transposed view")
+    cl = (torch.arange(2 * 3 * 4 * 5.).reshape(2, 3, 4, 5) + rank).to(
+        memory_format=torch.channels_last)
+    dist.all_reduce(cl)
+    expect_equal(cl, sum(torch.arange(2 * 3 * 4 * 5.).reshape(2, 3, 4, 5) + r for r in range(p)),
+                 "all_reduce of a channels_last tensor")
+    assert cl.is_contiguous(memory_format=torch.channels_last)
+    b = (torch.arange(8.).reshape(2, 4) + rank).t()
+    dist.broadcast(b, p - 1)
+    expect_equal(b, (torch.arange(8.).reshape(2, 4) + p - 1).t(), "broadcast of a transposed view")
+    out = torch.zeros(4, 3).t()  # a (3, 4) output that is not contiguous
+    dist.reduce_scatter_tensor(out, torch.arange(12. * p) + rank)
+    piece = sum(torch.arange(12. * p) + r for r in range(p))[rank * 12:(rank + 1) * 12]
+    expect_equal(out, piece.reshape(3, 4), "reduce_scatter_tensor, strided output")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_sparse():
+    """Sparse all_reduce as gloo does it: every rank's entries, summed."""
+    rank, p = init()
+    g = torch.Generator().manual_seed(7)
+    dense = [torch.zeros(50, 3) for _ in range(p)]
+    for r in range(p):
+        rows = torch.randperm(50, generator=g)[:10 + r]
+        dense[r][rows] = torch.randn(len(rows), 3, generator=g)
+    t = dense[rank].to_sparse(1)
+    dist.all_reduce(t)
+    expect_equal(t.to_dense(), sum(dense), "sparse all_reduce")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_secondary():
+    """rdmacoll groups under a gloo default group: one of all ranks, and two that overlap."""
+    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=120))
+    rank, p = dist.get_rank(), dist.get_world_size()
+    assert p >= 3
+    whole = dist.new_group(backend="rdmacoll")
+    g01 = dist.new_group([0, 1], backend="rdmacoll")
+    g12 = dist.new_group([1, 2], backend="rdmacoll")
+    assert dist.get_backend(whole) == "rdmacoll"
+    for i in range(3):
+        t = torch.full((1000,), float(rank + i))
+        dist.all_reduce(t, group=whole)
+        expect_equal(t, torch.full((1000,), float(sum(r + i for r in range(p)))), "whole")
+        for ranks, g in (((0, 1), g01), ((1, 2), g12)):
+            if rank in ranks:
+                out = torch.zeros(2 * 3, dtype=torch.int64)
+                dist.all_gather_into_tensor(out, torch.full((3,), rank + i), group=g)
+                expect_equal(out, torch.tensor([r + i for r in ranks for _ in range(3)]),
+                             f"group {ranks}")
+        t = torch.full((5,), float(rank))
+        dist.all_reduce(t)  # gloo, the default group
+        expect_equal(t, torch.full((5,), float(sum(range(p)))), "gloo default group")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_teardown():
+    """Destroying a subgroup (and then the world) while an async op on it still runs, with a
+    Python callback chained on it: neither waits for the other forever (the GIL)."""
+    rank, p = init(timeout_s=60)
+    for i in range(3):
+        sub = dist.new_group(list(range(p)))
+        seen = []
+        t = torch.full((1 << 20,), float(rank))
+        fut = dist.all_reduce(t, group=sub, async_op=True).get_future().then(
+            lambda f: seen.append(f.value()[0][0].item()))
+        dist.destroy_process_group(sub)
+        fut.wait()
+        assert seen == [float(sum(range(p)))], seen
+    t = torch.ones(1 << 20)
+    last = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value())
+    dist.destroy_process_group()
+    last.wait()
+    expect_equal(t, torch.full((1 << 20,), float(p)), "the world's last async op")
+
+
+def case_dtypes2():
+    """torch 2.x's newer dtypes move as bytes where data only moves: float8, uint16/32/64."""
+    rank, p = init()
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32, torch.uint64):
+        src = (torch.arange(8, dtype=torch.float32) + rank).to(dt) if dt.is_floating_point \
+            else (torch.arange(8) + rank).to(dt)
+        every = [((torch.arange(8, dtype=torch.float32) + r).to(dt) if dt.is_floating_point
+                  else (torch.arange(8) + r).to(dt)) for r in range(p)]
+        out = torch.empty(p * 8, dtype=dt)
+        dist.all_gather_into_tensor(out, src)
+        assert torch.equal(out.view(torch.uint8), torch.cat(every).view(torch.uint8)), dt
+        b = src.clone()
+        dist.broadcast(b, 0)
+        assert torch.equal(b.view(torch.uint8), every[0].view(torch.uint8)), dt
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_coalesced():
+    """_coalescing_manager (FSDP's and DeepSpeed's path) and all_reduce_coalesced: one call per
+    batch, every result checked."""
+    rank, p = init()
+    cpu = torch.device("cpu")
+    sizes = [3, 1000, 17]
+    ins = [torch.arange(n, dtype=torch.float32) + rank for n in sizes]
+    outs = [torch.zeros(p * n) for n in sizes]
+    with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for o, n in zip(outs, sizes):
+        expect_equal(o, torch.cat([torch.arange(n, dtype=torch.float32) + r for r in range(p)]),
+                     f"coalesced all_gather {n}")
+    rs_in = [torch.arange(p * n, dtype=torch.float32) * (rank + 1) for n in sizes]
+    rs_out = [torch.zeros(n) for n in sizes]
+    with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    total = sum(r + 1 for r in range(p))
+    for o, n in zip(rs_out, sizes):
+        expect_equal(o, (torch.arange(p * n, dtype=torch.float32) * total)[rank * n:(rank + 1) * n],
+                     f"coalesced reduce_scatter {n}")
+    ar = [torch.full((n,), float(rank)) for n in sizes]
+    with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+        for t in ar:
+            dist.all_reduce(t)
+    cm.wait()
+    for t, n in zip(ar, sizes):
+        expect_equal(t, torch.full((n,), float(sum(range(p)))), f"coalesced all_reduce {n}")
+    two = [torch.full((5,), rank, dtype=torch.int64), torch.full((3, 2), rank, dtype=torch.int64)]
+    dist.all_reduce_coalesced(two)
+    expect_equal(two[0], torch.full((5,), sum(range(p)), dtype=torch.int64), "all_reduce_coalesced")
+    expect_equal(two[1], torch.full((3, 2), sum(range(p)), dtype=torch.int64),
+                 "all_reduce_coalesced")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_premul():
+    """PREMUL_SUM as torch defines it: each input multiplied by the factor, then summed."""
+    rank, p = init()
+    op = dist._make_nccl_premul_sum(0.5)
+    t = torch.full((9,), float(rank + 1))
+    dist.all_reduce(t, op=op)
+    expect_equal(t, torch.full((9,), 0.5 * sum(r + 1 for r in range(p))), "all_reduce PREMUL_SUM")
+    out = torch.zeros(4)
+    dist.reduce_scatter_tensor(out, torch.full((4 * p,), float(rank + 1)),
+                               op=dist._make_nccl_premul_sum(torch.tensor([3.0])))
+    expect_equal(out, torch.full((4,), 3.0 * sum(r + 1 for r in range(p))), "reduce_scatter PREMUL")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_profiler():
+    """The profiler shows rdmacoll's collectives, named as gloo names its own."""
+    rank, p = init()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(10))
+        dist.all_gather_into_tensor(torch.zeros(10 * p), torch.ones(10))
+    names = {e.name for e in prof.events()}
+    assert "rdmacoll:all_reduce" in names and "rdmacoll:all_gather_into_tensor" in names, \
+        sorted(n for n in names if "rdmacoll" in n or "gloo" in n)
     dist.barrier()
     dist.destroy_process_group()
 
