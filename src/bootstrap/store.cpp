@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +30,19 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+// RLIMIT_NOFILE, raised to its hard limit first (as MPI launchers do): rank 0 holds a connection
+// per rank besides its transport's.
+size_t descriptor_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur < r.rlim_max) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
+  }
+  return r.rlim_cur == RLIM_INFINITY ? size_t{1} << 20 : static_cast<size_t>(r.rlim_cur);
+}
+
 }  // namespace
 
 StoreServer::StoreServer(const std::string& host, uint16_t port, StoreCredentials credentials,
@@ -48,8 +62,10 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, StoreCredential
                        : err == EADDRNOTAVAIL ? " - it is not an address of this host; set "
                                                 "RDMACOLL_STORE_BIND to one that is"
                                               : "";
-    throw InvalidArgument("rank 0 cannot host the rendezvous store on " + host + ":" +
-                          std::to_string(port) + ": bind failed: " + errno_string(err) + hint);
+    const std::string message = "rank 0 cannot host the rendezvous store on " + host + ":" +
+                                std::to_string(port) + ": bind failed: " + errno_string(err) + hint;
+    if (err == EADDRINUSE) throw PortInUse(message);
+    throw InvalidArgument(message);
   }
   if (::listen(listen_fd_, 1024) != 0) {
     const int err = errno;
@@ -75,6 +91,11 @@ StoreServer::~StoreServer() {
   ::close(wake_pipe_[1]);
 }
 
+std::vector<std::string> StoreServer::refusals() const {
+  std::lock_guard lock(refusals_mutex_);
+  return refusals_;
+}
+
 void StoreServer::stop_accepting() {
   if (!accepting_.exchange(false)) return;
   ::shutdown(listen_fd_, SHUT_RDWR);  // the listener closes now: new connections are refused
@@ -84,6 +105,12 @@ void StoreServer::stop_accepting() {
 
 void StoreServer::serve() {
   StoreState state(credentials_, limits_);
+  // Descriptors are shared with the rank's own transport (UCX, verbs) and sockets: the store
+  // leaves them a reserve (256, or a quarter of a smaller limit), so a flood of connections
+  // cannot starve them.
+  const size_t nofile = descriptor_limit();
+  const size_t max_connections =
+      std::min(limits_.max_connections, nofile - std::min<size_t>(256, nofile / 4));
   std::vector<pollfd> pfds;
   std::vector<int> fds;  // fds[i] is pfds[i + 2]'s connection
   // When accept() fails for lack of descriptors, the listener stays readable: leave it out of
@@ -104,7 +131,7 @@ void StoreServer::serve() {
       drop(fd, why);
     const auto now = Clock::now();
     const bool listen =
-        accepting_.load() && now >= accept_after && state.connections() < limits_.max_connections;
+        accepting_.load() && now >= accept_after && state.connections() < max_connections;
     if (accepting_.load() && !listen) {
       const int backoff = static_cast<int>(
           std::chrono::duration_cast<std::chrono::milliseconds>(accept_after - now).count() + 1);
@@ -142,7 +169,15 @@ void StoreServer::serve() {
           continue;
         }
         std::string why;
-        if (r > 0 && !state.receive(c, buf, static_cast<size_t>(r), why)) {
+        const bool kept = r <= 0 || state.receive(c, buf, static_cast<size_t>(r), why);
+        // Noted before the refusal is sent, so that rank 0 knows of it once the client does.
+        if (auto refused = state.take_refusals(); !refused.empty()) {
+          std::lock_guard lock(refusals_mutex_);
+          for (auto& line : refused)
+            refusals_.push_back(std::move(line));
+          if (refusals_.size() > 8) refusals_.erase(refusals_.begin(), refusals_.end() - 8);
+        }
+        if (!kept) {
           dead.push_back({c.fd, why});
           continue;
         }
@@ -161,12 +196,18 @@ void StoreServer::serve() {
       }
       if (c.closing && c.out_sent == c.outbuf.size()) dead.push_back({c.fd, "a failed hello"});
     }
+    for (const auto& o : state.take_overflowed())
+      dead.push_back(o);
+
     for (const auto& [fd, why] : dead) {
       if (state.conns().count(fd)) drop(fd, why);
     }
     if (listen && (pfds[1].revents & POLLIN)) {
-      for (int i = 0; i < 64 && state.connections() < limits_.max_connections; ++i) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      for (int i = 0; i < 64 && state.connections() < max_connections; ++i) {
+        sockaddr_in peer{};
+        socklen_t peer_len = sizeof peer;
+        const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                                 SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             accept_after = Clock::now() + std::chrono::milliseconds(100);
@@ -174,7 +215,8 @@ void StoreServer::serve() {
           break;
         }
         set_nodelay(fd);
-        state.accept(fd);
+        for (int old : state.accept(fd, ntohl(peer.sin_addr.s_addr)))
+          drop(old, "nothing before newer connections came (too many unproven at once)");
       }
     }
     // Replies queued to other connections (a Set waking a Get) go out on their next POLLOUT.
@@ -237,9 +279,14 @@ void StoreClient::prove(const StoreCredentials& credentials, Clock::time_point d
   if (!recv_all(fd_, nonce.data(), nonce.size(), until, what)) {
     throw Timeout(what + ": challenge truncated");
   }
-  const Bytes proof = credentials.token.empty()
-                          ? Bytes{}
-                          : store_proof(credentials.token, nonce, credentials.job_id);
+  // Our proof, and a nonce of ours on which the server proves it knows the token too.
+  Bytes proof;
+  Bytes our_nonce;
+  if (!credentials.token.empty()) {
+    proof = store_proof(credentials.token, nonce, credentials.job_id);
+    our_nonce = random_bytes(kNonceBytes);
+    proof.insert(proof.end(), our_nonce.begin(), our_nonce.end());
+  }
   const Bytes hello =
       make_frame(static_cast<uint8_t>(StoreOp::Hello), 0, credentials.job_id, proof);
   send_all(fd_, hello.data(), hello.size(), what);
@@ -252,6 +299,12 @@ void StoreClient::prove(const StoreCredentials& credentials, Clock::time_point d
   if (h.status == kRejected) {
     throw InvalidArgument(what +
                           " refused this process: " + std::string(message.begin(), message.end()));
+  }
+  if (!credentials.token.empty() &&
+      !same_proof(message, server_proof(credentials.token, our_nonce, credentials.job_id))) {
+    throw InvalidArgument(what +
+                          " does not know this job's RDMACOLL_AUTH_TOKEN: another process holds "
+                          "MASTER_ADDR:MASTER_PORT and is not this job's rank 0");
   }
 }
 

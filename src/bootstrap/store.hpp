@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -46,9 +47,18 @@ struct StoreCredentials {
   std::string job_id;
 };
 
-// What one client can make the server hold. Defaults suit jobs of thousands of ranks.
+// What one client can make the server hold. Defaults suit jobs of thousands of ranks. Every
+// byte queued for a connection counts against its cap, replies included, so a client that
+// pipelines requests for a large value is dropped, not served into memory it never reads.
 struct StoreLimits {
+  // Connections in all; the server lowers it to leave descriptors for the job's own sockets and
+  // transport (StoreServer: a quarter of RLIMIT_NOFILE, at least 128).
   size_t max_connections = 8192;
+  // Connections that have not answered the challenge yet, in all and from one address: past
+  // either, the oldest of them is dropped, so a flood cannot keep the job's ranks out.
+  size_t max_unproven = 64;
+  size_t max_unproven_per_address = 8;
+  size_t max_pending_gets_per_connection = 16;               // a client waits on one at a time
   size_t max_buffered_per_connection = (64u << 20) + 16384;  // one largest frame, in or out
   size_t max_buffered_total = 512u << 20;                    // every connection's buffers
   size_t max_stored_bytes = 1u << 30;                        // keys and values kept
@@ -61,10 +71,16 @@ inline constexpr uint32_t kStoreMagic = 0x52444353;  // "RDCS"
 inline constexpr uint32_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 
+// The port a StoreServer was to bind is held by another process (maybe another job's store).
+class PortInUse : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 class StoreServer {
  public:
-  // Binds host:port (port 0 picks a free one). Throws InvalidArgument naming the address when
-  // the port is in use or the address cannot be bound.
+  // Binds host:port (port 0 picks a free one). Throws PortInUse, or InvalidArgument naming the
+  // address when it cannot be bound.
   StoreServer(const std::string& host, uint16_t port, StoreCredentials credentials = {},
               StoreLimits limits = {});
   ~StoreServer();
@@ -78,6 +94,9 @@ class StoreServer {
   void stop_accepting();
   // Connections dropped for malformed frames, failed proofs or limits (for tests).
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // The last processes refused at the hello (address: why), for rank 0's timeout message: a
+  // rank with a wrong token or job id is then named, not only "did not join".
+  std::vector<std::string> refusals() const;
 
  private:
   void serve();
@@ -89,6 +108,8 @@ class StoreServer {
   uint16_t port_ = 0;
   std::atomic<uint64_t> rejected_{0};
   std::atomic<bool> accepting_{true};
+  mutable std::mutex refusals_mutex_;
+  std::vector<std::string> refusals_;
   std::thread thread_;
 };
 

@@ -27,12 +27,44 @@ Bytes int_bytes(int64_t v) {
   return b;
 }
 
-void StoreState::accept(int fd) {
+std::vector<int> StoreState::accept(int fd, uint32_t address) {
   Connection& c = conns_[fd];
   c.fd = fd;
-  c.deadline = Clock::now() + limits_.hello_deadline;
+  c.address = address;
+  c.accepted = Clock::now();
+  c.deadline = c.accepted + limits_.hello_deadline;
   nonce_[fd] = random_bytes(kNonceBytes);
   queue(c, StoreOp::Challenge, creds_.token.empty() ? 0 : 1, nonce_[fd]);
+  // Unproven connections past the caps: the oldest go first (the new one is the youngest).
+  std::vector<int> evict;
+  auto oldest_unproven = [&](bool same_address) {
+    const Connection* old = nullptr;
+    size_t count = 0;
+    for (const auto& [f, other] : conns_) {
+      if (other.proven || (same_address && other.address != address)) continue;
+      if (std::find(evict.begin(), evict.end(), f) != evict.end()) continue;
+      ++count;
+      if (!old || other.accepted < old->accepted) old = &other;
+    }
+    return std::make_pair(old, count);
+  };
+  for (;;) {
+    auto [old, count] = oldest_unproven(true);
+    if (!old || count <= limits_.max_unproven_per_address) break;
+    evict.push_back(old->fd);
+  }
+  for (;;) {
+    auto [old, count] = oldest_unproven(false);
+    if (!old || count <= limits_.max_unproven) break;
+    evict.push_back(old->fd);
+  }
+  return evict;
+}
+
+std::vector<std::pair<int, std::string>> StoreState::take_overflowed() {
+  std::vector<std::pair<int, std::string>> out;
+  out.swap(overflowed_);
+  return out;
 }
 
 bool StoreState::receive(Connection& c, const uint8_t* data, size_t n, std::string& why) {
@@ -53,7 +85,12 @@ int StoreState::expire(std::vector<std::pair<int, std::string>>& drop) {
   std::erase_if(pending_, [&](const PendingGet& p) {
     if (p.deadline > now) return false;
     auto it = conns_.find(p.fd);
-    if (it != conns_.end()) queue(it->second, StoreOp::Get, kMissing, {});
+    if (it != conns_.end()) {
+      --it->second.pending_gets;
+      if (!queue(it->second, StoreOp::Get, kMissing, {})) {
+        drop.push_back({p.fd, "more than the store buffers for one client"});
+      }
+    }
     return true;
   });
   Clock::time_point next = Clock::time_point::max();
@@ -75,6 +112,7 @@ int StoreState::expire(std::vector<std::pair<int, std::string>>& drop) {
 
 void StoreState::drop(int fd) {
   std::erase_if(pending_, [fd](const PendingGet& p) { return p.fd == fd; });
+  std::erase_if(overflowed_, [fd](const auto& o) { return o.first == fd; });
   conns_.erase(fd);
   nonce_.erase(fd);
 }
@@ -86,18 +124,36 @@ size_t StoreState::total_buffered() const {
   return t;
 }
 
-void StoreState::queue(Connection& c, StoreOp op, uint8_t status, const Bytes& value) {
+bool StoreState::queue(Connection& c, StoreOp op, uint8_t status, const Bytes& value) {
+  const size_t n = sizeof(FrameHeader) + value.size();
+  if (c.buffered() + n > limits_.max_buffered_per_connection ||
+      total_buffered() + n > limits_.max_buffered_total) {
+    return false;
+  }
   const Bytes f = make_frame(static_cast<uint8_t>(op), status, {}, value);
   if (c.out_sent == c.outbuf.size()) {
     c.outbuf.clear();
     c.out_sent = 0;
   }
   c.outbuf.insert(c.outbuf.end(), f.begin(), f.end());
+  return true;
 }
 
 void StoreState::reject(Connection& c, const std::string& why) {
-  queue(c, StoreOp::Hello, kRejected, Bytes(why.begin(), why.end()));
+  (void)queue(c, StoreOp::Hello, kRejected, Bytes(why.begin(), why.end()));
   c.closing = true;
+  if (refusals_.size() < 16) {
+    refusals_.push_back(std::to_string(c.address >> 24) + "." +
+                        std::to_string((c.address >> 16) & 255) + "." +
+                        std::to_string((c.address >> 8) & 255) + "." +
+                        std::to_string(c.address & 255) + ": " + why);
+  }
+}
+
+std::vector<std::string> StoreState::take_refusals() {
+  std::vector<std::string> out;
+  out.swap(refusals_);
+  return out;
 }
 
 bool StoreState::consume(Connection& c, std::string& why) {
@@ -144,49 +200,68 @@ bool StoreState::consume(Connection& c, std::string& why) {
   return true;
 }
 
-void StoreState::hello(Connection& c, const std::string& job_id, const Bytes& proof) {
+void StoreState::hello(Connection& c, const std::string& job_id, const Bytes& value) {
+  // With a token the Hello's value is our proof on the server's nonce, then the client's nonce
+  // for the server's proof; without, it is empty. Refusals never say the job's id: a stranger
+  // must not learn it.
   if (job_id != creds_.job_id) {
-    return reject(c, "this rendezvous store belongs to job '" + creds_.job_id +
-                         "', and this process to job '" + job_id +
-                         "': two jobs on one MASTER_ADDR:MASTER_PORT? (RDMACOLL_JOB_ID, or the "
+    return reject(c, "this rendezvous store belongs to another job than this process's ('" +
+                         job_id.substr(0, 256) +
+                         "'): two jobs on one MASTER_ADDR:MASTER_PORT? (RDMACOLL_JOB_ID, or the "
                          "launcher's job id)");
   }
-  if (creds_.token.empty() != proof.empty()) {
+  if (creds_.token.empty() != value.empty()) {
     return reject(c, creds_.token.empty()
                          ? "this rendezvous store was started without RDMACOLL_AUTH_TOKEN, "
                            "and this process has one; every rank needs the same token"
                          : "this rendezvous store requires RDMACOLL_AUTH_TOKEN, and this "
                            "process has none");
   }
-  if (!creds_.token.empty() &&
-      !same_proof(proof, store_proof(creds_.token, nonce_[c.fd], job_id))) {
-    return reject(c,
-                  "authentication failed: this process's RDMACOLL_AUTH_TOKEN differs from "
-                  "rank 0's");
+  Bytes answer;
+  if (!creds_.token.empty()) {
+    const Bytes expected = store_proof(creds_.token, nonce_[c.fd], job_id);
+    const Bytes proof(value.begin(), value.begin() + static_cast<ptrdiff_t>(
+                                                         std::min(value.size(), expected.size())));
+    const Bytes client_nonce(value.begin() + static_cast<ptrdiff_t>(proof.size()), value.end());
+    if (!same_proof(proof, expected) || client_nonce.size() != kNonceBytes) {
+      return reject(c,
+                    "authentication failed: this process's RDMACOLL_AUTH_TOKEN differs from "
+                    "rank 0's");
+    }
+    answer = server_proof(creds_.token, client_nonce, job_id);
   }
   c.proven = true;
-  queue(c, StoreOp::Hello, kOk, {});
+  (void)queue(c, StoreOp::Hello, kOk, answer);
 }
 
 bool StoreState::handle(Connection& c, StoreOp op, const std::string& key, Bytes value,
                         std::string& why) {
+  // A reply that would pass a cap ends the connection (its client pipelines more than it reads).
+  auto reply = [&](uint8_t status, const Bytes& v) {
+    if (queue(c, op, status, v)) return true;
+    why = "more than the store buffers for one client";
+    return false;
+  };
   switch (op) {
     case StoreOp::Set: {
       if (!store(key, std::move(value), why)) return false;
-      queue(c, op, kOk, {});
+      if (!reply(kOk, {})) return false;
       wake_waiters(key);
       return true;
     }
     case StoreOp::Get: {
       auto it = data_.find(key);
-      if (it != data_.end()) {
-        queue(c, op, kOk, it->second);
-        return true;
+      if (it != data_.end()) return reply(kOk, it->second);
+      if (c.pending_gets >= limits_.max_pending_gets_per_connection) {
+        why = "more than " + std::to_string(limits_.max_pending_gets_per_connection) +
+              " waiting gets";
+        return false;
       }
       int64_t timeout_ms = 0;
       if (value.size() == sizeof timeout_ms)
         std::memcpy(&timeout_ms, value.data(), sizeof timeout_ms);
       timeout_ms = std::clamp<int64_t>(timeout_ms, 0, int64_t{1} << 40);
+      ++c.pending_gets;
       pending_.push_back({c.fd, key, Clock::now() + std::chrono::milliseconds(timeout_ms)});
       return true;
     }
@@ -200,25 +275,22 @@ bool StoreState::handle(Connection& c, StoreOp op, const std::string& key, Bytes
       }
       current = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
       if (!store(key, int_bytes(current), why)) return false;
-      queue(c, op, kOk, int_bytes(current));
+      if (!reply(kOk, int_bytes(current))) return false;
       wake_waiters(key);
       return true;
     }
     case StoreOp::Check:
-      queue(c, op, data_.count(key) ? kOk : kMissing, {});
-      return true;
+      return reply(data_.count(key) ? kOk : kMissing, {});
     case StoreOp::Delete: {
       auto it = data_.find(key);
       if (it != data_.end()) {
         stored_ -= it->first.size() + it->second.size();
         data_.erase(it);
       }
-      queue(c, op, kOk, {});
-      return true;
+      return reply(kOk, {});
     }
     case StoreOp::Ping:
-      queue(c, op, kOk, value);
-      return true;
+      return reply(kOk, value);
     default:
       why = "unexpected op";
       return false;
@@ -242,7 +314,12 @@ void StoreState::wake_waiters(const std::string& key) {
   std::erase_if(pending_, [&](const PendingGet& p) {
     if (p.key != key) return false;
     auto it = conns_.find(p.fd);
-    if (it != conns_.end()) queue(it->second, StoreOp::Get, kOk, v);
+    if (it != conns_.end()) {
+      --it->second.pending_gets;
+      if (!queue(it->second, StoreOp::Get, kOk, v)) {
+        overflowed_.push_back({p.fd, "more than the store buffers for one client"});
+      }
+    }
     return true;
   });
 }

@@ -32,7 +32,10 @@ Bytes int_bytes(int64_t v);
 
 struct Connection {
   int fd;
+  uint32_t address = 0;  // the peer's IPv4 address (host order), for the per-address cap
+  Clock::time_point accepted;
   bool proven = false;  // answered the challenge
+  size_t pending_gets = 0;
   Bytes inbuf;
   Bytes outbuf;  // queued replies; out_sent of them already written
   size_t out_sent = 0;
@@ -54,8 +57,14 @@ class StoreState {
   StoreState(const StoreCredentials& creds, const StoreLimits& limits)
       : creds_(creds), limits_(limits) {}
 
-  void accept(int fd);
+  // A new connection from `address` (IPv4, host order). Returns the connections to drop to make
+  // room: the oldest unproven ones past max_unproven or max_unproven_per_address.
+  std::vector<int> accept(int fd, uint32_t address = 0);
   size_t connections() const { return conns_.size(); }
+  // Connections whose queued replies went past a cap (a Set woke their Gets): drop them.
+  std::vector<std::pair<int, std::string>> take_overflowed();
+  // Why hellos were refused since the last call ("10.0.0.5: ..."), for rank 0's messages.
+  std::vector<std::string> take_refusals();
   std::map<int, Connection>& conns() { return conns_; }
 
   // Takes bytes read from c; false when the connection must be dropped (`why` says why, empty
@@ -70,7 +79,9 @@ class StoreState {
 
  private:
   size_t total_buffered() const;
-  void queue(Connection& c, StoreOp op, uint8_t status, const Bytes& value);
+  // Queues a reply; false (and nothing queued) when it would pass the connection's or the
+  // server's cap.
+  bool queue(Connection& c, StoreOp op, uint8_t status, const Bytes& value);
   void reject(Connection& c, const std::string& why);
   bool consume(Connection& c, std::string& why);
   void hello(Connection& c, const std::string& job_id, const Bytes& proof);
@@ -85,6 +96,8 @@ class StoreState {
   std::map<std::string, Bytes> data_;
   size_t stored_ = 0;
   std::vector<PendingGet> pending_;
+  std::vector<std::pair<int, std::string>> overflowed_;
+  std::vector<std::string> refusals_;
 };
 
 }  // namespace rdmacoll::bootstrap

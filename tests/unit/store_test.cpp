@@ -106,7 +106,7 @@ TEST(StoreAuth, OnlyTheJobsTokenAndIdGetIn) {
       [&] {
         StoreClient c("127.0.0.1", server.port(), soon(), {"s3cret", "job-b"});
       },
-      "belongs to job 'job-a', and this process to job 'job-b'");
+      "belongs to another job than this process's ('job-b')");
   StoreClient ok("127.0.0.1", server.port(), soon(), {"s3cret", "job-a"});
   ok.set("k", std::string("v"));
   EXPECT_EQ(ok.get_string("k", 1s), "v");
@@ -196,6 +196,129 @@ TEST(StoreServer, BufferedAndStoredBytesAreCapped) {
   EXPECT_THROW(a.set("d", Bytes(900u << 10, 1)), Error);  // more than it keeps
   StoreClient b("127.0.0.1", server.port(), soon());
   EXPECT_EQ(b.get("a", 1s).size(), 900u << 10);
+}
+
+// 200 GETs of a 1 MiB value in one send: the replies would take 200 MiB. Every queued byte
+// counts against the connection's cap (here 4 MiB), so the pipeliner is dropped and the store
+// goes on serving others.
+TEST(StoreServer, PipelinedGetsOfALargeValueEndTheConnectionNotTheServer) {
+  StoreLimits limits;
+  limits.max_buffered_per_connection = 4u << 20;
+  StoreServer server("127.0.0.1", 0, {}, limits);
+  StoreClient owner("127.0.0.1", server.port(), soon());
+  owner.set("big", Bytes(1u << 20, 7));
+  const int fd = connect_raw(server.port());
+  hello(fd);
+  std::vector<uint8_t> burst;
+  for (int i = 0; i < 200; ++i) {
+    auto f = frame(StoreOp::Get, "big", 8, 8);
+    const int64_t wait_ms = 1000;
+    std::memcpy(f.data() + 16 + 3, &wait_ms, 8);
+    burst.insert(burst.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(::send(fd, burst.data(), burst.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(burst.size()));
+  EXPECT_TRUE(dropped(fd));
+  ::close(fd);
+  EXPECT_GE(server.rejected_connections(), 1u);
+  EXPECT_EQ(owner.get("big", 1s).size(), 1u << 20);
+}
+
+// Gets that wait for a key that never comes: a client waits on one at a time, so 16 is plenty;
+// the 17th ends the connection instead of growing the server's list.
+TEST(StoreServer, WaitingGetsPerConnectionAreCapped) {
+  StoreServer server("127.0.0.1", 0);
+  const int fd = connect_raw(server.port());
+  hello(fd);
+  std::vector<uint8_t> burst;
+  for (int i = 0; i < 17; ++i) {
+    auto f = frame(StoreOp::Get, "never", 8, 8);
+    const int64_t wait_ms = 60000;
+    std::memcpy(f.data() + 16 + 5, &wait_ms, 8);
+    burst.insert(burst.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(::send(fd, burst.data(), burst.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(burst.size()));
+  EXPECT_TRUE(dropped(fd));
+  ::close(fd);
+  StoreClient c("127.0.0.1", server.port(), soon());
+  c.set("k", std::string("v"));
+  EXPECT_EQ(c.get_string("k", 1s), "v");
+}
+
+// A stranger's connections that never answer the challenge: at most 8 from one address stay
+// (the oldest go first), so the descriptors they would hold stay the rank's, and a rank that
+// connects meanwhile gets in.
+TEST(StoreServer, AFloodOfUnprovenConnectionsIsCappedOldestFirst) {
+  StoreCredentials creds{"secret", "job"};
+  StoreServer server("127.0.0.1", 0, creds);
+  std::vector<int> flood;
+  for (int i = 0; i < 200; ++i)
+    flood.push_back(connect_raw(server.port()));
+  StoreClient rank("127.0.0.1", server.port(), soon(), creds);
+  rank.set("k", std::string("v"));
+  EXPECT_EQ(rank.get_string("k", 1s), "v");
+  // The first of the flood were dropped; the newest 8 (or fewer) may still be open.
+  int closed = 0;
+  for (int fd : flood) {
+    timeval tv{0, 200000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    for (;;) {
+      const ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+      if (r > 0) continue;  // the challenge
+      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) ++closed;
+      break;
+    }
+    ::close(fd);
+  }
+  EXPECT_GE(closed, 200 - 8);
+}
+
+// A process that holds the port and answers like a store, but without the job's token: the
+// client's own nonce goes unproven, and it refuses that store.
+TEST(StoreAuth, AClientRefusesAStoreThatDoesNotKnowTheToken) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread squatter([listener] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    auto challenge = frame(StoreOp::Challenge, "", 32, 32);
+    challenge[5] = 1;  // "I hold a token"
+    ::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    uint8_t buf[4096];
+    [[maybe_unused]] ssize_t r = ::recv(fd, buf, sizeof buf, 0);  // the hello
+    const auto ok = frame(StoreOp::Hello, "", 0, 0);  // "welcome", with no proof of its own
+    ::send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
+    r = ::recv(fd, buf, sizeof buf, 0);  // until the client hangs up
+    ::close(fd);
+  });
+  expect_refused(
+      [&] {
+        StoreClient c("127.0.0.1", ntohs(addr.sin_port), soon(), StoreCredentials{"secret", "job"});
+      },
+      "does not know this job's RDMACOLL_AUTH_TOKEN");
+  squatter.join();
+  ::close(listener);
+}
+
+// A refusal says which job this process is in, never the store's.
+TEST(StoreAuth, ARefusalNeverTellsTheStrangerTheJobsId) {
+  StoreServer server("127.0.0.1", 0, StoreCredentials{"", "the-real-job"});
+  try {
+    StoreClient c("127.0.0.1", server.port(), soon(), StoreCredentials{"", "guess"});
+    ADD_FAILURE() << "not refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).find("the-real-job"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("guess"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(server.refusals().size(), 1u);
+  EXPECT_NE(server.refusals()[0].find("127.0.0.1: "), std::string::npos) << server.refusals()[0];
 }
 
 TEST(Store, SetGetAddCheck) {
