@@ -65,6 +65,14 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     inner_->forget_registration(region);
   }
+  uint64_t reserve_token() override {
+    std::lock_guard lock(mu_);
+    return inner_->reserve_token();
+  }
+  void release_token(uint64_t token, bool failed) override {
+    std::lock_guard lock(mu_);
+    inner_->release_token(token, failed);
+  }
   RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                    size_t dst_offset, size_t length, uint64_t signal) override {
     std::lock_guard lock(mu_);

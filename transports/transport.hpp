@@ -136,13 +136,24 @@ class Transport {
   // local key). UCX reads any memory, so the engine may send straight from the input.
   virtual bool needs_registered_source() const { return true; }
 
+  // The signals of one-sided writes are chosen by their receiver: a call that expects writes
+  // reserves a token before its descriptor leaves, and every writer puts it in the signals of
+  // what it writes there (write_signal(token, index)). Tokens are unique among the live ones of
+  // this process, whatever group they serve, so one group's writes never complete another's
+  // expects, however narrow the signal on the wire (verbs: 32-bit immediates). A call releases
+  // its token when it ends; after a failure (`failed`) the token is fenced: writes that still
+  // carry it land nowhere and complete nothing. The default: a 64-bit counter (UCX's tags are
+  // 64 bits wide).
+  virtual uint64_t reserve_token() { return next_token_++; }
+  virtual void release_token(uint64_t /*token*/, bool /*failed*/) {}
+
   // One-sided write of src[src_offset, +length) into dst[dst_offset, +length) carrying
-  // `signal`. The caller has checked the range against dst's length. Transports whose signal
-  // is 32 bits wide (verbs immediates) use signal_imm32(); the engine keeps that unique among
-  // the writes in flight to one receiver.
+  // `signal` (write_signal: the receiver's token and an index). The caller has checked the
+  // range against dst's length.
   virtual RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                            size_t dst_offset, size_t length, uint64_t signal) = 0;
-  // Completes when the write carrying `signal` into region[offset, +length) has landed.
+  // Completes when the write carrying `signal` into region[offset, +length) has landed. A
+  // second expect of a signal still expected is refused (TransportError), never overwritten.
   virtual RequestPtr expect(int peer, MemoryRegion& region, size_t offset, size_t length,
                             uint64_t signal) = 0;
 
@@ -247,15 +258,21 @@ class Transport {
   std::vector<uint64_t> bytes_to_;
   uint64_t doorbells_ = 0;
   uint64_t control_messages_ = 0;
+  uint64_t next_token_ = 0;
 };
 
-// The engine's signals are kind(2) | group(14) | seq(24) | index(24) (engine/call_descriptor.hpp).
-// 32 bits keep group mod 256, seq mod 128 and index mod 65536: unique among the writes in flight
-// to one receiver, since a call's writes all land before that receiver starts its next call.
-// Bit 23 stays clear: verbs' eager slots mark their wake-ups with it (verbs/eager_ring.hpp).
-inline uint32_t signal_imm32(uint64_t signal) {
-  return static_cast<uint32_t>(((signal >> 48) & 0xff) << 24 | ((signal >> 24) & 0x7f) << 16 |
-                               (signal & 0xffff));
+// A write's signal: 01 (2 bits, apart from the engine's control tags, 00 and 10) | the
+// receiver's token (38) | an index the receiver tells its writes apart by (24: the first chunk
+// of the range written).
+inline constexpr uint64_t kTokenMask = (uint64_t{1} << 38) - 1;
+inline uint64_t write_signal(uint64_t token, uint32_t index) {
+  return (uint64_t{1} << 62) | ((token & kTokenMask) << 24) | (index & 0xffffff);
+}
+inline uint64_t signal_token(uint64_t signal) {
+  return (signal >> 24) & kTokenMask;
+}
+inline uint32_t signal_index(uint64_t signal) {
+  return static_cast<uint32_t>(signal & 0xffffff);
 }
 
 enum class TransportKind { Auto, Ucx, Verbs };

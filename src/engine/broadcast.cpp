@@ -97,8 +97,8 @@ void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const Al
   check_descriptors(call, all);
   check_same_path(call, all, false);
   const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
-  const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), 0);
   if (node.parent >= 0) {
+    const uint64_t tag = transport::write_signal(call.token(), 0);
     call.recvs().push_back({call.guarded([&] {
                               return transport_.expect(call.global(node.parent), *region, 0, bytes,
                                                        tag);
@@ -117,6 +117,7 @@ void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const Al
     remotes.push_back(call.guarded([&] {
       return transport_.unpack_remote(call.global(child), dst.out_addr, dst.out_bytes, dst.key);
     }));
+    const uint64_t tag = transport::write_signal(dst.signal_token, 0);
     call.sends().push_back(
         {call.guarded([&] { return transport_.write(*region, 0, *remotes.back(), 0, bytes, tag); }),
          child, Pending::Kind::Write, 0, 1});
@@ -151,9 +152,9 @@ void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     check_same_path(call, all, false);
-    const uint64_t piece_tag = make_tag(TagKind::Data, g.id, call.seq(), 0);
-    const uint64_t tail_tag = make_tag(TagKind::Data, g.id, call.seq(), 1);
     if (g.rank != root) {
+      const uint64_t piece_tag = transport::write_signal(call.token(), 0);
+      const uint64_t tail_tag = transport::write_signal(call.token(), 1);
       call.recvs().push_back({call.guarded([&] {
                                 return transport_.expect(call.global(root), *region, g.rank * piece,
                                                          piece, piece_tag);
@@ -180,6 +181,8 @@ void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs
         remotes[j] = call.guarded([&] {
           return transport_.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
         });
+        const uint64_t piece_tag = transport::write_signal(dst.signal_token, 0);
+        const uint64_t tail_tag = transport::write_signal(dst.signal_token, 1);
         call.sends().push_back({call.guarded([&] {
                                   return transport_.write(*region, j * piece, *remotes[j],
                                                           j * piece, piece, piece_tag);

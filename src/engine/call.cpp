@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/settings.hpp"
 #include "engine/descriptor_round.hpp"
 #include "schedule/schedule.hpp"
 
@@ -23,9 +24,10 @@ void check_usable(const GroupState& g, const char* op) {
   }
 }
 
-CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllGatherArgs& a) {
+CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherArgs& a) {
   CallDescriptor d;
   d.seq = call.seq();
+  d.signal_token = call.token();
   d.group = g.id;
   d.rank = g.rank;
   d.op = a.op;
@@ -43,12 +45,10 @@ CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllG
 
 DescriptorExchange descriptor_exchange() {
   static const DescriptorExchange mode = [] {
-    const char* v = std::getenv("RDMACOLL_DESCRIPTORS");
-    const std::string s = v ? v : "auto";
-    if (s == "auto" || s.empty()) return DescriptorExchange::Auto;
-    if (s == "direct") return DescriptorExchange::Direct;
-    if (s == "bruck") return DescriptorExchange::Bruck;
-    throw InvalidArgument("RDMACOLL_DESCRIPTORS: expected auto, direct or bruck, got '" + s + "'");
+    const std::string s = settings::choice("RDMACOLL_DESCRIPTORS");
+    return s == "direct"  ? DescriptorExchange::Direct
+           : s == "bruck" ? DescriptorExchange::Bruck
+                          : DescriptorExchange::Auto;
   }();
   return mode;
 }

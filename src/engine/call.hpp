@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <exception>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,9 +50,18 @@ class Call {
       }
       list->clear();  // keeps the capacity for the group's next call
     }
+    // After a failure the token is fenced: writes still on their way to us land nowhere.
+    if (token_) t_.release_token(*token_, std::uncaught_exceptions() > uncaught_ || g_.broken);
   }
 
   uint64_t seq() const { return seq_; }
+
+  // The token this call's writers put in their signals (transport.hpp), reserved on first use:
+  // by make_descriptor, before the descriptor leaves.
+  uint64_t token() {
+    if (!token_) token_ = t_.reserve_token();
+    return *token_;
+  }
 
   std::string where() const {
     return std::string(op_) + " (" + g_.describe() + ", call #" + std::to_string(seq_) + ", rank " +
@@ -243,6 +253,7 @@ class Call {
   int neighbour_[2] = {-1, -1};  // predecessor, successor
   mutable std::string error_text_;
   int uncaught_ = std::uncaught_exceptions();
+  std::optional<uint64_t> token_;
 };
 
 // A source range outside any registration, for transports that read any memory.
@@ -254,7 +265,7 @@ class SourceView final : public transport::MemoryRegion {
 
 // Our descriptor for `call` from the collective's arguments: sizes, dtypes, operator, root and
 // local error (no addresses or inline data yet).
-CallDescriptor make_descriptor(const GroupState& g, const Call& call, const AllGatherArgs& a);
+CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherArgs& a);
 
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);

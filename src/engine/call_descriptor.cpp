@@ -41,6 +41,8 @@ struct Fixed {
   uint64_t group_creation;
   uint64_t group_digest;
   int32_t global_rank;
+  uint32_t reserved2;
+  uint64_t signal_token;
 };
 
 static_assert(sizeof(Fixed) + kMaxSlotKeyBytes <= kInlineOverhead,
@@ -65,9 +67,8 @@ const char* collective_name(CollectiveOp op) {
 }
 
 size_t eager_limit(int p, int hosts, size_t max_message) {
-  // Bytes, at most 1 GiB (init_process_group reads it first, so a bad value raises there).
-  static const size_t forced =
-      settings::env_uint("RDMACOLL_EAGER_LIMIT", SIZE_MAX, 0, size_t{1} << 30);
+  // Bytes, at most 4 MiB (init_process_group reads it first, so a bad value raises there).
+  static const size_t forced = settings::count("RDMACOLL_EAGER_LIMIT", SIZE_MAX);
   if (forced != SIZE_MAX) return std::min(forced, max_message / 2);
   const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));
   const size_t limit = hosts > 1 ? 2048 : std::clamp<size_t>(per_peer, 2048, 64 << 10);
@@ -112,7 +113,9 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 group_size,
                 group_creation,
                 group_digest,
-                global_rank};
+                global_rank,
+                0,
+                signal_token};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -190,6 +193,7 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.group_size = f.group_size;
   d.group_creation = f.group_creation;
   d.group_digest = f.group_digest;
+  d.signal_token = f.signal_token;
   d.inline_data = {p, f.inline_len};
   return d;
 }

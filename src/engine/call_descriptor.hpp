@@ -39,6 +39,9 @@ struct CallDescriptor {
   uint64_t out_numel = 0;
   uint64_t out_addr = 0;
   uint64_t out_bytes = 0;
+  // The token the sender reserved for this call's writes to it (transport.hpp, reserve_token):
+  // whoever writes to the sender puts it in the write's signal.
+  uint64_t signal_token = 0;
   // all_reduce runs as segments of gathers: the whole tensor's length and the operator travel
   // with every segment, so a disagreement raises before the first segment is reduced.
   uint64_t total_numel = 0;
@@ -106,10 +109,11 @@ inline size_t descriptor_capacity(size_t limit) {
                                                        : kMaxDescriptorBytes;
 }
 
-// Tags: kind (2 bits) | group (14) | seq (24) | index (24). Data tags carry the first chunk
-// of the run, control tags the sender's group rank; both are unique per receiver and call.
-// Error: a call's error spread to the ring neighbours (engine/call.hpp, Call::spread_error).
-enum class TagKind : uint64_t { Descriptor = 0, Data = 1, Error = 2 };
+// Control tags: kind (2 bits) | group (14) | seq (24) | index (24): the sender's group rank,
+// unique per receiver and call. Error: a call's error spread to the ring neighbours
+// (engine/call.hpp, Call::spread_error). Kind 1 is the data writes' (transport::write_signal,
+// chosen by the receiver).
+enum class TagKind : uint64_t { Descriptor = 0, Error = 2 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t group, uint64_t seq, uint32_t index) {
   return (static_cast<uint64_t>(kind) << 62) | ((static_cast<uint64_t>(group) & 0x3fff) << 48) |

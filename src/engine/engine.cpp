@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "engine/call.hpp"
 #include "engine/exposed_region.hpp"
 #include "schedule/simulate.hpp"
@@ -30,9 +31,8 @@ namespace rdmacoll::engine {
 const std::optional<schedule::Algorithm>& forced_algorithm() {
   static const std::optional<schedule::Algorithm> forced =
       []() -> std::optional<schedule::Algorithm> {
-    const char* v = std::getenv("RDMACOLL_ALGO");
-    const std::string s = v ? v : "auto";
-    if (s == "auto" || s.empty()) return std::nullopt;
+    const std::string s = settings::choice("RDMACOLL_ALGO");
+    if (s == "auto") return std::nullopt;
     return schedule::parse_algorithm(s);
   }();
   return forced;
@@ -148,8 +148,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
     sched = &schedule_for(g, chunk);
     for (const auto& step : sched->steps) {
       for (const auto& r : step.recvs) {
-        const uint64_t tag =
-            make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(r.first));
+        const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r.first));
         call.recvs().push_back({call.guarded([&] {
                                   return transport_.expect(call.global(r.peer), *region,
                                                            r.first * chunk, r.count * chunk, tag);
@@ -210,7 +209,7 @@ void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
                              std::to_string(dst.out_bytes) + " bytes");
       }
       const uint64_t tag =
-          make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(w.first));
+          transport::write_signal(dst.signal_token, static_cast<uint32_t>(w.first));
       const bool own = own_from_input && w.first == g.rank && w.count == 1;
       if (!own && w.first <= g.rank && g.rank < w.first + w.count) copy_own();
       call.sends().push_back(

@@ -14,7 +14,7 @@ namespace {
 
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
-CallDescriptor make_round_descriptor(const GroupState& g, const Call& call,
+CallDescriptor make_round_descriptor(const GroupState& g, Call& call,
                                      const Engine::ReduceScatterRound& a) {
   AllGatherArgs args;
   args.op = a.collective;
@@ -76,7 +76,7 @@ void Engine::reduce_scatter_ring(GroupState& g, const ReduceScatterRound& a) {
   // successor's descriptor comes back (engine.cpp, call.hpp).
   if (mine.ok) {
     for (int s = 0; s + 1 < p; ++s) {
-      const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(s));
+      const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(s));
       call.recvs().push_back({call.guarded([&] {
                                 return transport_.expect(call.global(prev), *region, s * piece,
                                                          piece, tag);
@@ -120,7 +120,7 @@ void Engine::reduce_scatter_ring(GroupState& g, const ReduceScatterRound& a) {
       src = &sums;
       src_offset = (s % 2) * piece;
     }
-    const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(s));
+    const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(s));
     call.sends().push_back({call.guarded([&] {
                               return transport_.write(*src, src_offset, *remote, s * piece, piece,
                                                       tag);
@@ -168,7 +168,7 @@ void Engine::reduce_scatter_direct(GroupState& g, const ReduceScatterRound& a) {
       source ? *source : static_cast<const transport::MemoryRegion&>(input);
   for (int j = 0; j < p; ++j) {
     if (j == g.rank) continue;
-    const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(j));
+    const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(j));
     call.recvs().push_back({call.guarded([&] {
                               return transport_.expect(call.global(j), *region, j * piece, piece,
                                                        tag);
@@ -176,10 +176,10 @@ void Engine::reduce_scatter_direct(GroupState& g, const ReduceScatterRound& a) {
                             j, Pending::Kind::Arrival, j, 1});
   }
   std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-  const uint64_t tag = make_tag(TagKind::Data, g.id, call.seq(), static_cast<uint32_t>(g.rank));
   for (int i = 1; i < p; ++i) {
     const int j = (g.rank + i) % p;
     const CallDescriptor& dst = all[j];
+    const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
     const size_t offset = static_cast<size_t>(g.rank) * piece;
     if (offset + piece > dst.out_bytes) {  // never write outside what the peer advertised
       throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +

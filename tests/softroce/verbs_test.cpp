@@ -476,6 +476,47 @@ TEST(Verbs, AsyncWorkAndTwoThreads) {
   }));
 }
 
+// Immediates once carried the group id mod 256 and the call number mod 128, and the one
+// transport every group shares matched arrivals by them: the 256th new_group (id 256) and the
+// first member group (id 8192) collided with the world, and async calls at equal call numbers
+// hung or completed each other with chunks not yet landed. Now the receiver picks the token
+// in every write's immediate. Both groups run async 256 KiB all-gathers (the data path, not
+// inline) against the world's, call for call, every element checked.
+TEST(Verbs, GroupsWhoseIdsCollideModulo256NeverTakeEachOthersWrites) {
+  expect_all_ok(run_ranks(2, [](int rank, int world) {
+    require_verbs();
+    for (int i = 0; i < 255; ++i) {
+      Group g = new_group({0, 1});
+      destroy_group(g);
+    }
+    Group g256 = new_group({0, 1});   // new_group ids 1..255 came and went: this is id 256
+    constexpr int64_t n = 64 * 1024;  // 256 KiB of float32 per rank
+    for (int round = 0; round < 40; ++round) {
+      std::vector<Tensor> ins, outs;
+      std::vector<Work> works;
+      for (const Group* g : {static_cast<const Group*>(nullptr), static_cast<const Group*>(&g256)}) {
+        Tensor in = zeros({n});
+        for (int64_t j = 0; j < n; ++j)
+          in.set(j, rank * 1000 + j % 997 + round + (g ? 500000 : 0));
+        Tensor out = zeros({world * n});
+        ins.push_back(in);
+        outs.push_back(out);
+        works.push_back(all_gather_into_tensor(outs.back(), ins.back(), g ? *g : Group(), true));
+      }
+      for (size_t w = 0; w < works.size(); ++w) {
+        works[w].wait();
+        for (int r = 0; r < world; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            const double want = r * 1000 + j % 997 + round + (w ? 500000 : 0);
+            RANK_CHECK(outs[w].item(r * n + j) == want,
+                       "round " << round << " group " << w << " rank " << r << " element " << j);
+          }
+        }
+      }
+    }
+  }));
+}
+
 // One counter of detail::transport_counters() ("name=value ...").
 uint64_t transport_counter(const std::string& name) {
   std::istringstream in(detail::transport_counters());

@@ -5,6 +5,7 @@
 
 #include "engine/call_descriptor.hpp"
 #include "rdmacoll/errors.hpp"
+#include "transports/transport.hpp"
 
 namespace rdmacoll::engine {
 namespace {
@@ -91,10 +92,31 @@ TEST(CallDescriptor, RejectsMalformed) {
 }
 
 TEST(CallDescriptor, TagsAreDistinctPerKindGroupSeqIndex) {
-  EXPECT_NE(make_tag(TagKind::Data, 0, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
-  EXPECT_NE(make_tag(TagKind::Data, 1, 1, 0), make_tag(TagKind::Data, 0, 1, 0));
-  EXPECT_NE(make_tag(TagKind::Data, 0, 2, 0), make_tag(TagKind::Data, 0, 1, 0));
-  EXPECT_NE(make_tag(TagKind::Data, 0, 1, 1), make_tag(TagKind::Data, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Error, 0, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Descriptor, 1, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Descriptor, 0, 2, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Descriptor, 0, 1, 1), make_tag(TagKind::Descriptor, 0, 1, 0));
+}
+
+// Data writes carry the receiver's token (transport::write_signal): never a control tag, and
+// distinct per token and index.
+TEST(CallDescriptor, WriteSignalsNeverLookLikeControlTags) {
+  for (uint64_t token : {uint64_t{0}, uint64_t{1}, transport::kTokenMask}) {
+    const uint64_t s = transport::write_signal(token, 5);
+    EXPECT_EQ(s >> 62, 1u);
+    EXPECT_NE(s >> 62, make_tag(TagKind::Descriptor, 3, 4, 5) >> 62);
+    EXPECT_NE(s >> 62, make_tag(TagKind::Error, 3, 4, 5) >> 62);
+    EXPECT_EQ(transport::signal_token(s), token);
+    EXPECT_EQ(transport::signal_index(s), 5u);
+  }
+  EXPECT_NE(transport::write_signal(1, 0), transport::write_signal(2, 0));
+}
+
+TEST(CallDescriptor, TheSignalTokenTravels) {
+  CallDescriptor d;
+  d.signal_token = 12345;
+  const auto bytes = d.serialize();
+  EXPECT_EQ(CallDescriptor::parse(bytes.data(), bytes.size()).signal_token, 12345u);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ constexpr size_t kMaxPayload = kSlotBytes - kHeaderBytes - kTrailerBytes;
 // credit comes back every half ring, so eight keep a pair of back-to-back callers off SENDs.
 constexpr int kDefaultSlots = 8;
 constexpr int kMaxSlots = 64;
-// The immediate of a ring (the wake-up): bit 23, which the data writes' signal_imm32() leaves
+// The immediate of a ring (the wake-up): bit 23, which the data writes' immediates leave
 // clear.
 constexpr uint32_t kImm = uint32_t{1} << 23;
 constexpr size_t kLine = 64;

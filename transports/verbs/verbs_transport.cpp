@@ -32,6 +32,7 @@
 #include "transports/verbs/eager_ring.hpp"
 #include "transports/verbs/fabric.hpp"
 #include "transports/verbs/footprint.hpp"
+#include "transports/verbs/immediates.hpp"
 #include "transports/verbs/mr_cache.hpp"
 
 namespace rdmacoll::transport {
@@ -85,7 +86,9 @@ uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id, uint32_t lane = 0) 
          (static_cast<uint64_t>(peer) << 32) | id;
 }
 
+// A registered setting's value (common/settings), nullptr when unset or empty.
 const char* env(const char* name) {
+  (void)settings::spec(name);
   const char* v = std::getenv(name);
   return v && *v ? v : nullptr;
 }
@@ -103,9 +106,9 @@ std::string errno_text(int e) {
 void init_fork_safety() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* setting = env("RDMACOLL_FORK_INIT");
-    const bool forced = setting && std::string(setting) == "1";
-    const bool refused = setting && std::string(setting) == "0";
+    const std::string setting = settings::choice("RDMACOLL_FORK_INIT");
+    const bool forced = setting == "1";
+    const bool refused = setting == "0";
     const ibv_fork_status status = ibv_is_fork_initialized();
     if (status == IBV_FORK_ENABLED) return;
     if (refused || (status == IBV_FORK_UNNEEDED && !forced)) {
@@ -126,10 +129,9 @@ void init_fork_safety() {
   });
 }
 
-// A verbs setting in [lo, hi] through the project's strict parser (common/settings).
-int env_int(const char* name, int fallback, int lo, int hi) {
-  return static_cast<int>(settings::env_uint(name, static_cast<uint64_t>(fallback),
-                                             static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+// A verbs setting within its registered bounds (common/settings).
+int env_int(const char* name, int fallback) {
+  return static_cast<int>(settings::count(name, static_cast<uint64_t>(fallback)));
 }
 
 // RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
@@ -140,7 +142,8 @@ uint16_t env_pkey() {
   const long x = std::strtol(v, &end, 0);
   if (*end || x < 1 || x > 0xffff) {
     throw InvalidArgument(
-        std::string("RDMACOLL_IB_PKEY: expected a P_Key from 0x1 to 0xffff, got '") + v + "'");
+        std::string("RDMACOLL_IB_PKEY: expected a P_Key from 0x1 to 0xffff, got '") +
+        settings::shown(v) + "'");
   }
   return static_cast<uint16_t>(x);
 }
@@ -198,8 +201,8 @@ OpenDevice open_device(const std::string& preferred = "") {
     std::stable_partition(list, list + n,
                           [&](ibv_device* d) { return preferred == ibv_get_device_name(d); });
   }
-  const char* want_port = env("RDMACOLL_IB_PORT");
-  const char* want_gid = env("RDMACOLL_GID_INDEX");
+  const int want_port = static_cast<int>(settings::count("RDMACOLL_IB_PORT", 0));
+  const int want_gid = static_cast<int>(settings::count("RDMACOLL_GID_INDEX", UINT16_MAX + 1));
   const char* family_text = env("RDMACOLL_IB_ADDR_FAMILY");
   const auto family = fabric::parse_addr_family(family_text ? family_text : "");
   std::optional<fabric::AddrRange> range;
@@ -230,14 +233,20 @@ OpenDevice open_device(const std::string& preferred = "") {
     ibv_device_attr dattr{};
     ibv_query_device(ctx, &dattr);
     for (int p = 1; p <= dattr.phys_port_cnt; ++p) {
-      if (want_port && std::atoi(want_port) != p) continue;
+      if (want_port && want_port != p) continue;
       ibv_port_attr pa{};
       if (ibv_query_port(ctx, p, &pa) != 0) continue;
       if (pa.state != IBV_PORT_ACTIVE) {
         seen += " " + name + ":" + std::to_string(p) + "(" + ibv_port_state_str(pa.state) + ")";
         continue;
       }
-      int gid = want_gid ? std::atoi(want_gid) : -1;
+      int gid = want_gid <= UINT16_MAX ? want_gid : -1;
+      if (gid >= pa.gid_tbl_len) {
+        seen += " " + name + ":" + std::to_string(p) + "(RDMACOLL_GID_INDEX " +
+                std::to_string(gid) + " is past its GID table of " +
+                std::to_string(pa.gid_tbl_len) + ")";
+        continue;
+      }
       if (gid < 0) {
         const fabric::GidChoice c =
             fabric::select_gid(gid_table(ctx, p, pa.gid_tbl_len), *family, range);
@@ -326,22 +335,24 @@ int lanes_used(size_t length, size_t piece, int lanes) {
 // RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 size_t write_piece_bytes() {
-  return settings::env_uint("RDMACOLL_IB_CHUNK", size_t{1} << 20, 4096, kMaxWrite);
+  static_assert(kMaxWrite == size_t{1} << 30, "RDMACOLL_IB_CHUNK's registered maximum");
+  return settings::count("RDMACOLL_IB_CHUNK", size_t{1} << 20);
 }
 
 int lanes_per_peer() {
-  return static_cast<int>(settings::env_uint("RDMACOLL_IB_QPS_PER_PEER", 1, 1, kMaxLanes));
+  static_assert(kMaxLanes == 16, "RDMACOLL_IB_QPS_PER_PEER's registered maximum");
+  return static_cast<int>(settings::count("RDMACOLL_IB_QPS_PER_PEER", 1));
 }
 
 // RDMACOLL_IB_EAGER_SLOTS: eager slots per connected peer (0: control messages go as SENDs).
 int eager_slots_per_peer() {
-  return static_cast<int>(settings::env_uint("RDMACOLL_IB_EAGER_SLOTS", eager_ring::kDefaultSlots,
-                                             0, eager_ring::kMaxSlots));
+  static_assert(eager_ring::kMaxSlots == 64, "RDMACOLL_IB_EAGER_SLOTS's registered maximum");
+  return static_cast<int>(settings::count("RDMACOLL_IB_EAGER_SLOTS", eager_ring::kDefaultSlots));
 }
 
 // RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
 size_t mr_cache_bytes() {
-  return settings::env_uint("RDMACOLL_MR_CACHE_MB", 2048, 0, size_t{1} << 30) << 20;
+  return settings::count("RDMACOLL_MR_CACHE_MB", 2048) << 20;
 }
 
 class VerbsTransport final : public Transport {
@@ -363,8 +374,7 @@ class VerbsTransport final : public Transport {
     // A credit write goes back after half a ring taken without a message to carry it. The
     // fallback test's hook (RDMACOLL_TEST_EAGER_HOLD_CREDITS=1) gives no credit at all.
     credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
-    const char* hold = env("RDMACOLL_TEST_EAGER_HOLD_CREDITS");
-    hold_credits_ = hold && std::string(hold) == "1";
+    hold_credits_ = settings::choice("RDMACOLL_TEST_EAGER_HOLD_CREDITS") == "1";
     read_fabric_settings();
     pd_ = ibv_alloc_pd(ctx_);
     channel_ = ibv_create_comp_channel(ctx_);
@@ -631,7 +641,7 @@ class VerbsTransport final : public Transport {
     const auto& local = static_cast<const VerbsMemoryRegion&>(src);
     const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
     const uint32_t id = track(req);
-    const uint32_t imm = signal_imm32(signal);
+    const uint32_t imm = verbs_imm::immediate(signal);
     // Pieces of at most RDMACOLL_IB_CHUNK, dealt to the lanes in turn; on each lane only the
     // last piece carries the immediate (RC keeps a lane's pieces in order), so the receiver
     // counts one arrival per lane used.
@@ -661,9 +671,30 @@ class VerbsTransport final : public Transport {
     return req;
   }
 
+  uint64_t reserve_token() override {
+    const uint32_t t = tokens_.reserve();
+    if (t == UINT32_MAX) {
+      throw TransportError("verbs: " + std::to_string(verbs_imm::kTokens) +
+                           " calls expect writes at once; no token is left for another");
+    }
+    return t;
+  }
+
+  void release_token(uint64_t token, bool failed) override {
+    const auto t = static_cast<uint32_t>(token);
+    tokens_.release(t, failed);
+    // Early arrivals kept for the token's expects (a failed call never posted them) go with it.
+    std::erase_if(arrived_,
+                  [t](const auto& kv) { return verbs_imm::token_of(kv.first.second) == t; });
+  }
+
   RequestPtr expect(int peer, MemoryRegion&, size_t, size_t length, uint64_t signal) override {
     auto req = std::make_shared<VerbsRequest>(peer);
-    const auto key = std::make_pair(peer, signal_imm32(signal));
+    const auto key = std::make_pair(peer, verbs_imm::immediate(signal));
+    if (expects_.count(key)) {
+      throw TransportError("verbs: a second expect of immediate " + std::to_string(key.second) +
+                           " from rank " + std::to_string(peer) + " while the first is live");
+    }
     int remaining = 1;
     if (peer >= 0 && peer < world_ && peer != me_) {
       remaining = lanes_used(length, peers_[peer].info.piece_bytes, lanes_);
@@ -878,10 +909,10 @@ class VerbsTransport final : public Transport {
     bool first = false;
     std::call_once(once, [&] { first = true; });
     if (!first) return;
-    const char* ms = env("RDMACOLL_TEST_QP_DELAY_MS");
-    const char* rank = env("RDMACOLL_TEST_QP_DELAY_RANK");
-    if (!ms || !rank || std::atoi(rank) != my_rank) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+    const uint64_t ms = settings::count("RDMACOLL_TEST_QP_DELAY_MS", 0);
+    const uint64_t rank = settings::count("RDMACOLL_TEST_QP_DELAY_RANK", UINT64_MAX);
+    if (!ms || rank != static_cast<uint64_t>(my_rank)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
 
   static TransportError registration_error(size_t length, int err) {
@@ -910,10 +941,10 @@ class VerbsTransport final : public Transport {
   void read_fabric_settings() {
     FabricSettings f;
     const int sysfs_tc = sysfs_traffic_class(choice_.device, choice_.port);
-    f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0), 0, 255);
-    f.service_level = env_int("RDMACOLL_IB_SL", 0, 0, 15);
-    f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout, 1, 31);
-    f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount, 0, 7);
+    f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
+    f.service_level = env_int("RDMACOLL_IB_SL", 0);
+    f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
+    f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
     f.grh_required = (port_attr_.flags & IBV_QPF_GRH_REQUIRED) != 0;
     if (const uint16_t want = env_pkey()) {
       std::vector<uint16_t> table;
@@ -1325,7 +1356,10 @@ class VerbsTransport final : public Transport {
       const auto key = std::make_pair(peer, ntohl(wc.imm_data));
       auto it = expects_.find(key);
       if (it == expects_.end()) {
-        ++arrived_[key];
+        // A write for a call that is over (it failed; its token is fenced or given out again
+        // after a full turn) completes nothing; one for a live call that has not posted its
+        // expect yet waits for it.
+        if (tokens_.live(verbs_imm::token_of(key.second))) ++arrived_[key];
       } else if (--it->second.remaining == 0) {
         it->second.request->complete();
         expects_.erase(it);
@@ -1611,6 +1645,7 @@ class VerbsTransport final : public Transport {
   std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
   std::map<std::pair<int, uint32_t>, Expected> expects_;
   std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
+  verbs_imm::TokenTable tokens_;                     // which calls expect writes
   std::map<std::pair<int, uint64_t>, RequestPtr> pending_recvs_;
   std::map<std::pair<int, uint64_t>, Bytes> unexpected_;
   std::unique_ptr<MrCache> cache_;

@@ -2,8 +2,9 @@
 // libibverbs implementation of the transport interface: RC queue pairs to a peer, made when
 // the pair first talks and connected through the rendezvous store (QP numbers; GIDs travel in
 // the address published at init). Data moves with RDMA WRITE WITH IMM straight into the peer's
-// registered output; the immediate (signal_imm32) tells the receiver which call and chunk
-// landed. Control messages (call descriptors) are SENDs into one shared receive queue.
+// registered output; the immediate (verbs/immediates.hpp: the receiver's token for the call, and
+// the chunk) tells the receiver which call and chunk landed. Control messages (call descriptors)
+// are SENDs into one shared receive queue.
 
 #include <memory>
 #include <optional>
