@@ -9,12 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::transport {
 
 std::string host_key() {
-  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return std::string("id:") + id;
+  if (const auto id = settings::text("RDMACOLL_HOST_ID")) return "id:" + *id;
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   std::string boot;

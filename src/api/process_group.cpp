@@ -78,19 +78,16 @@ Context& require_context(const char* what) {
   return *ctx;
 }
 
-// At least 1 ms; at most 30 days, so deadlines never overflow.
+// At least 1 ms; at most 30 days, so deadlines never overflow (the registry's bounds).
 std::chrono::milliseconds timeout_from_env() {
-  return settings::env_duration("RDMACOLL_TIMEOUT_S", kDefaultTimeout, std::chrono::milliseconds(1),
-                                std::chrono::hours(24 * 30));
+  return settings::duration("RDMACOLL_TIMEOUT_S", kDefaultTimeout);
 }
 
 transport::TransportKind transport_from_env() {
-  const char* v = std::getenv("RDMACOLL_TRANSPORT");
-  const std::string s = v ? v : "auto";
-  if (s == "auto") return transport::TransportKind::Auto;
-  if (s == "ucx") return transport::TransportKind::Ucx;
-  if (s == "verbs") return transport::TransportKind::Verbs;
-  throw InvalidArgument("RDMACOLL_TRANSPORT: expected auto, ucx or verbs, got '" + s + "'");
+  const std::string s = settings::choice("RDMACOLL_TRANSPORT");
+  return s == "ucx"     ? transport::TransportKind::Ucx
+         : s == "verbs" ? transport::TransportKind::Verbs
+                        : transport::TransportKind::Auto;
 }
 
 std::string join(const std::vector<int>& v) {
@@ -207,9 +204,14 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
             for (int m = r; m < ctx.world_size; ++m)
               missing.push_back(m);
           }
+          std::string refused;
+          if (ctx.server) {
+            for (const auto& r : ctx.server->refusals())
+              refused += "; the store refused " + r;
+          }
           throw Timeout(where + ": ranks " + join(missing) +
                         " did not join the rendezvous at the " + store_addr + " within " +
-                        std::to_string(ctx.timeout.count()) + " ms");
+                        std::to_string(ctx.timeout.count()) + " ms" + refused);
         }
       } catch (const PeerFailure& e) {
         throw PeerFailure(where + ": " +
@@ -222,15 +224,10 @@ std::vector<transport::Bytes> gather_from_all(Context& ctx, const std::string& p
   return addrs;
 }
 
-// The settings every rank must share, as "NAME=value" lines (unset: empty).
+// The settings every rank must share, as "NAME=value" lines (unset: empty): the world size and
+// the registry's job-wide settings (common/settings.cpp).
 std::string shared_settings(const Context& ctx) {
-  std::string out = "WORLD_SIZE=" + std::to_string(ctx.world_size) + "\n";
-  for (const char* name : {"RDMACOLL_TRANSPORT", "RDMACOLL_EAGER_LIMIT", "RDMACOLL_ALGO",
-                           "RDMACOLL_TOPOLOGY", "RDMACOLL_DESCRIPTORS"}) {
-    const char* v = std::getenv(name);
-    out += std::string(name) + "=" + (v ? v : "") + "\n";
-  }
-  return out;
+  return "WORLD_SIZE=" + std::to_string(ctx.world_size) + "\n" + settings::job_wide();
 }
 
 // Every rank compares every rank's settings, so all raise the same error at once, naming the
@@ -261,7 +258,7 @@ void check_shared_settings(Context& ctx) {
       const std::string line = i < mine.size() ? mine[i] : name + "=?";
       differ |= line != ref[i];
       values += (r ? ", rank " : "rank ") + std::to_string(r) + " '" +
-                line.substr(line.find('=') + 1) + "'";
+                settings::shown(line.substr(line.find('=') + 1)) + "'";
     }
     if (differ) {
       abort_rendezvous(ctx, "init_process_group: ranks disagree on " + name + " (" + values +
@@ -281,6 +278,8 @@ transport::Bytes unwrap_address(Context& ctx, int rank, const std::string& trans
   return std::move(*out);
 }
 
+constexpr size_t kMaxJobIdBytes = 256;
+
 // The job's secret and id: RDMACOLL_AUTH_TOKEN; RDMACOLL_JOB_ID, else the launcher's own
 // (torchrun's run id, Slurm's job id, Open MPI's job id), else none.
 bootstrap::StoreCredentials store_credentials() {
@@ -289,13 +288,42 @@ bootstrap::StoreCredentials store_credentials() {
     return std::string(v ? v : "");
   };
   bootstrap::StoreCredentials c;
-  c.token = env("RDMACOLL_AUTH_TOKEN");
+  c.token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
   for (const char* name :
        {"RDMACOLL_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"}) {
     c.job_id = env(name);
+    if (c.job_id.size() > kMaxJobIdBytes) {
+      throw InvalidArgument(std::string(name) + " is " + std::to_string(c.job_id.size()) +
+                            " bytes long; a job id may have at most " +
+                            std::to_string(kMaxJobIdBytes));
+    }
     if (!c.job_id.empty()) break;
   }
   return c;
+}
+
+// Rank 0 found the port taken. If another job of ours holds it there (no ids told the jobs
+// apart), this job's other ranks may be joining that job's rendezvous: tell it, so that every
+// rank of both jobs fails saying why instead of two jobs mixing. Best effort, within a second.
+void tell_the_port_holder(const bootstrap::Rendezvous& rv,
+                          const bootstrap::StoreCredentials& credentials) {
+  try {
+    bootstrap::StoreClient other(rv.master_addr, rv.master_port,
+                                 transport::Clock::now() + std::chrono::seconds(1), credentials);
+    other.set_op_timeout(std::chrono::seconds(1));
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    if (!other.check(kAbortKey)) {
+      other.set(kAbortKey, "another job's rank 0 (pid " + std::to_string(::getpid()) + " on " +
+                               host + ") found MASTER_ADDR:MASTER_PORT " + rv.master_addr + ":" +
+                               std::to_string(rv.master_port) +
+                               " taken by this job's store: two jobs on one port, so neither "
+                               "can tell its ranks apart; give each job its own MASTER_PORT or "
+                               "RDMACOLL_JOB_ID");
+    }
+  } catch (const Error&) {
+    // Not an rdmacoll store of a job like ours (refused, or silent): nothing to tell.
+  }
 }
 
 // Every rank number is claimed once: a second claimant (a second job on the same port, a
@@ -314,11 +342,13 @@ void claim_rank(Context& ctx) {
     first = ctx.store->get_string(key + "/by", std::chrono::seconds(5));
   } catch (const Error&) {
   }
-  throw InvalidArgument("init_process_group: rank " + std::to_string(ctx.rank) +
-                        " is claimed twice: first by " + first + ", now by " + me + " at the " +
-                        ctx.store->describe() +
-                        "; two jobs on one MASTER_ADDR:MASTER_PORT, or two processes with one "
-                        "RANK? (RDMACOLL_JOB_ID tells jobs apart)");
+  // Two jobs without ids met on one port (or a launcher gave two processes one RANK): no rank
+  // can tell which processes belong together, so every rank still in the rendezvous fails too.
+  abort_rendezvous(ctx, "init_process_group: rank " + std::to_string(ctx.rank) +
+                            " is claimed twice: first by " + first + ", now by " + me + " at the " +
+                            ctx.store->describe() +
+                            "; two jobs on one MASTER_ADDR:MASTER_PORT, or two processes with "
+                            "one RANK? (RDMACOLL_JOB_ID tells jobs apart)");
 }
 
 // RDMACOLL_TRANSPORT=auto takes verbs only when every rank has an ACTIVE RDMA port, so that
@@ -353,17 +383,13 @@ engine::SpinPolicy spin_policy(const Context& ctx) {
   engine::SpinPolicy policy;
   policy.yield = local > cpus;
   policy.duration = std::chrono::microseconds(policy.yield ? 2000 : 200);
-  policy.duration = std::chrono::microseconds(settings::env_uint(
-      "RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count()), 0, 10'000'000));
+  policy.duration = std::chrono::microseconds(
+      settings::count("RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count())));
   return policy;
 }
 
 bool flat_topology() {
-  const char* v = std::getenv("RDMACOLL_TOPOLOGY");
-  const std::string s = v ? v : "auto";
-  if (s == "flat") return true;
-  if (s == "auto" || s.empty()) return false;
-  throw InvalidArgument("RDMACOLL_TOPOLOGY: expected auto or flat, got '" + s + "'");
+  return settings::choice("RDMACOLL_TOPOLOGY") == "flat";
 }
 
 // Virtual orders for a group whose members (in group rank order) have these placements.
@@ -473,10 +499,7 @@ std::unique_ptr<Context> make_world(const InitOptions& options) {
   }
   ctx->timeout = options.timeout ? *options.timeout : timeout_from_env();
   // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
-  (void)engine::eager_limit(2);
-  (void)engine::forced_algorithm();
-  (void)engine::descriptor_exchange();
-  (void)flat_topology();
+  settings::validate_all();
   const auto deadline = transport::Clock::now() + ctx->timeout;
   if (options.store) {
     // The k-th process group over this store takes the k-th block of world_size tickets: the
@@ -488,12 +511,20 @@ std::unique_ptr<Context> make_world(const InitOptions& options) {
     const bootstrap::StoreCredentials credentials = store_credentials();
     if (ctx->rank == 0) {
       // Bound where the job says rank 0 is reached (MASTER_ADDR), not on every interface.
-      const char* bind = std::getenv("RDMACOLL_STORE_BIND");
-      ctx->server = std::make_unique<bootstrap::StoreServer>(bind && *bind ? bind : rv.master_addr,
-                                                             rv.master_port, credentials);
+      const auto bind = settings::text("RDMACOLL_STORE_BIND");
+      const bool bind_set = bind.has_value();
+      try {
+        ctx->server = std::make_unique<bootstrap::StoreServer>(bind_set ? *bind : rv.master_addr,
+                                                               rv.master_port, credentials);
+      } catch (const bootstrap::PortInUse&) {
+        tell_the_port_holder(rv, credentials);
+        throw;
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string(e.what()) + " (the address is " +
+                              (bind_set ? "RDMACOLL_STORE_BIND's" : "MASTER_ADDR's") + ")");
+      }
       if (credentials.token.empty()) {
-        log::info("rank 0: the rendezvous store on " +
-                  std::string(bind && *bind ? bind : rv.master_addr) + ":" +
+        log::info("rank 0: the rendezvous store on " + (bind_set ? *bind : rv.master_addr) + ":" +
                   std::to_string(rv.master_port) +
                   " is open to anyone who can connect (no RDMACOLL_AUTH_TOKEN)");
       }

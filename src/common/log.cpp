@@ -1,4 +1,5 @@
 #include "common/log.hpp"
+#include "common/settings.hpp"
 
 #include <unistd.h>
 
@@ -11,10 +12,16 @@ namespace rdmacoll::log {
 namespace {
 Level configured() {
   static const Level level = [] {
-    const char* v = std::getenv("RDMACOLL_DEBUG");
-    const std::string_view s = v ? v : "warn";
-    if (s == "info" || s == "INFO") return Level::Info;
-    if (s == "trace" || s == "TRACE") return Level::Trace;
+    // A bad value is init_process_group's error to raise (settings::validate_all); logging
+    // itself never throws.
+    std::string s;
+    try {
+      s = settings::choice("RDMACOLL_DEBUG");
+    } catch (const std::exception&) {
+      s = "warn";
+    }
+    if (s == "info") return Level::Info;
+    if (s == "trace") return Level::Trace;
     return Level::Warn;
   }();
   return level;

@@ -22,6 +22,7 @@
 
 #include "bootstrap/auth.hpp"
 #include "common/free_port.hpp"
+#include "common/settings.hpp"
 
 namespace {
 
@@ -31,8 +32,10 @@ void usage() {
   std::fprintf(
       stderr,
       "usage: rdmacoll-run -n N [--port P] [--] PROGRAM [ARGS...]\n"
+      "       rdmacoll-run --help-env\n"
       "  Starts N local ranks of PROGRAM with MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,\n"
-      "  WORLD_SIZE set; prefixes output with the rank; if one rank fails, ends the rest.\n");
+      "  WORLD_SIZE set; prefixes output with the rank; if one rank fails, ends the rest.\n"
+      "  --help-env prints every RDMACOLL_* setting (a markdown table).\n");
 }
 
 int free_port() {
@@ -121,6 +124,9 @@ int main(int argc, char** argv) {
       port = std::atoi(argv[++i]);
     } else if (a == "-h" || a == "--help") {
       usage();
+      return 0;
+    } else if (a == "--help-env") {
+      std::fputs(rdmacoll::settings::markdown_table().c_str(), stdout);
       return 0;
     } else if (a == "--") {
       ++i;

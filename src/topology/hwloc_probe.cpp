@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 #include "topology/topology.hpp"
 
@@ -40,7 +41,7 @@ int enclosing_index(hwloc_topology_t t, hwloc_obj_type_t type, hwloc_const_cpuse
 }
 
 std::string host_identity() {
-  if (const char* id = std::getenv("RDMACOLL_HOST_ID"); id && *id) return id;
+  if (const auto id = settings::text("RDMACOLL_HOST_ID")) return *id;
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return name;
@@ -104,8 +105,8 @@ LocalPlacement probe(const ProbeOptions& options) {
   p.package = enclosing_index(topo.t, HWLOC_OBJ_PACKAGE, binding.b);
 
   p.netdev = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_NETWORK, binding.b);
-  if (const char* forced = std::getenv("RDMACOLL_IB_DEVICE"); forced && *forced) {
-    p.nic = forced;
+  if (const auto dev = settings::text("RDMACOLL_IB_DEVICE")) {
+    p.nic = *dev;
   } else {
     p.nic = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
   }

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -77,8 +78,10 @@ TEST(Hardening, StrangersCannotJoinAJobWithAToken) {
       without_init({{"RDMACOLL_AUTH_TOKEN", "secret-of-the-job"}, {"RDMACOLL_JOB_ID", "job-1"}})));
 }
 
-// A second job's rank 1 on the first job's port: with job ids it is refused at connection;
-// without, its claim of rank 1 is refused, naming both claimants. The first job is unharmed.
+// A second job's rank 1 on the first job's port: with job ids it is refused at connection and
+// the first job is unharmed; without, nothing tells the jobs apart, so the second claim of rank
+// 1 fails both: the intruder, naming both claimants, and every rank of the first job still in
+// its rendezvous, saying so (one that got through already runs on, with right results).
 TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
   for (const bool job_ids : {true, false}) {
     expect_all_ok(run_ranks(
@@ -87,7 +90,14 @@ TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
           ::setenv("WORLD_SIZE", "2", 1);
           if (job_ids) ::setenv("RDMACOLL_JOB_ID", rank < 2 ? "first" : "second", 1);
           if (rank < 2) {
-            init_process_group();
+            try {
+              init_process_group();
+            } catch (const InvalidArgument& e) {
+              RANK_CHECK(!job_ids && std::string(e.what()).find("claimed twice") !=
+                                         std::string::npos,
+                         e.what());
+              return;
+            }
             testing::gather_and_check({}, 100, DType::Int32, DType::Int32, false);
             destroy_process_group();
             return;
@@ -101,7 +111,7 @@ TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
           ::setenv("RANK", "1", 1);
           expect_throw_with<InvalidArgument>(
               [] { init_process_group(); },
-              job_ids ? "belongs to job 'first', and this process to job 'second'"
+              job_ids ? "belongs to another job than this process's ('second')"
                       : "rank 1 is claimed twice: first by pid");
         },
         without_init()));
@@ -147,11 +157,30 @@ TEST(Hardening, BadSettingsRaiseAtInit) {
                  // Each before any init that parses it unset: it is read once per process.
                  {"RDMACOLL_EAGER_LIMIT", "-5", "RDMACOLL_EAGER_LIMIT: expected a whole number"},
                  {"RDMACOLL_ALGO", "fastest", "fastest"},
-                 {"RDMACOLL_SPIN_US", "lots", "RDMACOLL_SPIN_US: expected a whole number"}}) {
+                 {"RDMACOLL_SPIN_US", "lots", "RDMACOLL_SPIN_US: expected a whole number"},
+                 // Past 4 MiB every collective once timed out (1 GiB allocated ~4 GiB).
+                 {"RDMACOLL_EAGER_LIMIT", "67108865",
+                  "RDMACOLL_EAGER_LIMIT: expected a whole number from 0 to 4194304"},
+                 {"RDMACOLL_DEBUG", "bogus", "RDMACOLL_DEBUG: expected one of warn, info, trace"},
+                 {"RDMACOLL_UCX_PROTOCOL", "fast", "RDMACOLL_UCX_PROTOCOL: expected one of"},
+                 {"RDMACOLL_IB_PORT", "first", "RDMACOLL_IB_PORT: expected a whole number"},
+                 {"RDMACOLL_GID_INDEX", "3x", "RDMACOLL_GID_INDEX: expected a whole number"},
+                 {"RDMACOLL_FORK_INIT", "yes", "RDMACOLL_FORK_INIT: expected one of auto, 0, 1"}}) {
           ::setenv(name, value, 1);
           expect_throw_with<InvalidArgument>([] { init_process_group(); }, needle);
           ::unsetenv(name);
         }
+        // A huge value is cut short in the message, not repeated whole.
+        const std::string huge(10'000'000, '7');
+        ::setenv("RDMACOLL_SPIN_US", huge.c_str(), 1);
+        try {
+          init_process_group();
+          RANK_CHECK(false, "no error for a 10 MB RDMACOLL_SPIN_US");
+        } catch (const InvalidArgument& e) {
+          RANK_CHECK(std::string(e.what()).size() < 400, "message of " << std::strlen(e.what()));
+          RANK_CHECK(std::string(e.what()).find("(10000000 bytes)") != std::string::npos, e.what());
+        }
+        ::unsetenv("RDMACOLL_SPIN_US");
         ::setenv("RDMACOLL_TIMEOUT_S", "90s", 1);
         init_process_group();
         destroy_process_group();
@@ -169,6 +198,17 @@ TEST(Hardening, RanksThatDisagreeFailFastOnEveryRank) {
         expect_throw_with<InvalidArgument>(
             [] { init_process_group(); },
             "ranks disagree on RDMACOLL_EAGER_LIMIT (rank 0 '', rank 1 '1000')");
+      },
+      without_init()));
+  // Both ends of a UCX write evaluate the protocol alike: a mismatch once truncated messages on
+  // one rank and timed out the other.
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 1) ::setenv("RDMACOLL_UCX_PROTOCOL", "put", 1);
+        expect_throw_with<InvalidArgument>(
+            [] { init_process_group(); },
+            "ranks disagree on RDMACOLL_UCX_PROTOCOL (rank 0 '', rank 1 'put')");
       },
       without_init()));
   expect_all_ok(run_ranks(

@@ -35,12 +35,8 @@ void check(ucs_status_t s, const std::string& what) {
 enum class Protocol { Auto, Tag, Put };
 
 Protocol protocol_from_env() {
-  const char* v = std::getenv("RDMACOLL_UCX_PROTOCOL");
-  const std::string s = v ? v : "auto";
-  if (s == "put") return Protocol::Put;
-  if (s == "tag") return Protocol::Tag;
-  if (s == "auto") return Protocol::Auto;
-  throw InvalidArgument("RDMACOLL_UCX_PROTOCOL: expected auto, tag or put, got '" + s + "'");
+  const std::string s = settings::choice("RDMACOLL_UCX_PROTOCOL");
+  return s == "put" ? Protocol::Put : s == "tag" ? Protocol::Tag : Protocol::Auto;
 }
 
 // UCX_TLS that leaves out every shared-memory transport (e.g. "tcp") forces the network even
@@ -650,7 +646,7 @@ class UcxTransport final : public Transport {
 
   Protocol protocol_;
   bool close_failed_ = false;  // a peer was marked failed: progress() closes its endpoint
-  size_t max_message_ = settings::env_uint("RDMACOLL_TEST_MAX_MESSAGE", SIZE_MAX, 4096, SIZE_MAX);
+  size_t max_message_ = settings::count("RDMACOLL_TEST_MAX_MESSAGE", SIZE_MAX);
   uint64_t endpoints_created_ = 0;
   bool shm_;
   std::string rndv_thresh_;  // set by us, when not by the user

@@ -1,0 +1,92 @@
+// The settings registry (common/settings): strict readers, the job-wide list, and the README's
+// table, which must be the registry's own.
+
+#include "common/settings.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::settings {
+namespace {
+
+struct Env {
+  Env(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~Env() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+TEST(Settings, ChoicesAreStrictAndDefaultToTheFirst) {
+  EXPECT_EQ(choice("RDMACOLL_TRANSPORT"), "auto");
+  Env e("RDMACOLL_TRANSPORT", "VERBS");
+  EXPECT_EQ(choice("RDMACOLL_TRANSPORT"), "verbs");  // case does not matter
+  Env d("RDMACOLL_DEBUG", "loud");
+  try {
+    (void)choice("RDMACOLL_DEBUG");
+    FAIL() << "no error";
+  } catch (const InvalidArgument& x) {
+    EXPECT_STREQ(x.what(), "RDMACOLL_DEBUG: expected one of warn, info, trace, got 'loud'");
+  }
+}
+
+TEST(Settings, CountsKeepTheirRegisteredBounds) {
+  EXPECT_EQ(count("RDMACOLL_IB_SL", 3), 3u);
+  {
+    Env e("RDMACOLL_IB_SL", "16");
+    EXPECT_THROW((void)count("RDMACOLL_IB_SL", 0), InvalidArgument);
+  }
+  {
+    Env e("RDMACOLL_EAGER_LIMIT", std::to_string(4u << 20));
+    EXPECT_EQ(count("RDMACOLL_EAGER_LIMIT", 0), 4u << 20);
+  }
+  Env e("RDMACOLL_EAGER_LIMIT", std::to_string((4u << 20) + 1));
+  EXPECT_THROW((void)count("RDMACOLL_EAGER_LIMIT", 0), InvalidArgument);
+}
+
+TEST(Settings, EverySettingTheRanksShareIsCompared) {
+  Env e("RDMACOLL_UCX_PROTOCOL", "put");
+  const std::string shared = job_wide();
+  for (const char* name :
+       {"RDMACOLL_TRANSPORT", "RDMACOLL_EAGER_LIMIT", "RDMACOLL_ALGO", "RDMACOLL_TOPOLOGY",
+        "RDMACOLL_DESCRIPTORS", "RDMACOLL_IB_QPS_PER_PEER", "RDMACOLL_TEST_MAX_MESSAGE"}) {
+    EXPECT_NE(shared.find(std::string(name) + "="), std::string::npos) << name;
+  }
+  EXPECT_NE(shared.find("RDMACOLL_UCX_PROTOCOL=put\n"), std::string::npos) << shared;
+  EXPECT_EQ(shared.find("RDMACOLL_AUTH_TOKEN"), std::string::npos) << "the secret stays local";
+}
+
+TEST(Settings, LongValuesAreCutShortInMessages) {
+  const std::string huge(100000, 'x');
+  EXPECT_EQ(shown(huge).size(), 61 + std::string("... (100000 bytes)").size());
+  EXPECT_EQ(shown("short"), "short");
+}
+
+TEST(Settings, TheReadmeTableIsTheRegistrys) {
+  std::ifstream f(README_PATH);
+  std::stringstream readme;
+  readme << f.rdbuf();
+  const std::string table = markdown_table();
+  EXPECT_NE(readme.str().find(table), std::string::npos)
+      << "README.md's table of settings differs from the registry; paste `rdmacoll-run "
+         "--help-env`:\n"
+      << table;
+  for (const Spec& s : all()) {
+    if (!s.test_hook) {
+      EXPECT_NE(table.find(std::string("`").append(s.name).append("`")), std::string::npos);
+    }
+  }
+}
+
+TEST(Settings, UnregisteredNamesAreABug) {
+  EXPECT_THROW((void)spec("RDMACOLL_NO_SUCH_SETTING"), std::logic_error);
+}
+
+}  // namespace
+}  // namespace rdmacoll::settings
