@@ -28,9 +28,10 @@ class Work {
   // The collective's error once it has completed with one, else null.
   std::exception_ptr exception() const;
   // Calls `callback(error)` (null on success) once the collective has completed: at once on
-  // this thread if it already has, else on the thread that completes it (the group's worker).
-  // For futures (the torch backend's getFuture()); keep it short, it delays the group's next
-  // operation.
+  // this thread if it already has, else on the thread that completes it (the group's worker),
+  // before wait() returns. For futures (the torch backend's getFuture()); keep it short, it
+  // delays the group's next operation. A callback that throws makes its exception the work's
+  // error; one may destroy the group or drop its last handle.
   void on_completion(std::function<void(std::exception_ptr)> callback) const;
 
  private:

@@ -5,16 +5,28 @@
 namespace rdmacoll::engine {
 
 void WorkState::finish(std::exception_ptr error) {
-  std::vector<std::function<void(std::exception_ptr)>> callbacks;
-  {
-    std::lock_guard lock(mu_);
-    error_ = error;
-    done_ = true;
-    callbacks.swap(callbacks_);
-    cv_.notify_all();
+  // Callbacks run before waiters are released: one that throws makes its exception the work's
+  // error (a throw must not end the worker thread, and with it the process).
+  for (;;) {
+    std::vector<std::function<void(std::exception_ptr)>> callbacks;
+    {
+      std::lock_guard lock(mu_);
+      if (callbacks_.empty()) {
+        error_ = error;
+        done_ = true;
+        cv_.notify_all();
+        return;
+      }
+      callbacks.swap(callbacks_);
+    }
+    for (auto& cb : callbacks) {
+      try {
+        cb(error);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
   }
-  for (auto& cb : callbacks)
-    cb(error);
 }
 
 void WorkState::on_completion(std::function<void(std::exception_ptr)> callback) {
@@ -99,7 +111,9 @@ std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const ch
   c.queued.fetch_add(1, std::memory_order_release);
   if (!thread_.joinable()) {
     c.stop = false;
-    thread_ = std::thread([this] { worker(); });
+    // The worker holds the queue's state itself: a completion callback may free the group
+    // (and this GroupQueue) while the worker runs it (drain defers then).
+    thread_ = std::thread([core = core_] { worker(core); });
   }
   // A polling worker finds it within kInlinePoll, by which time a waiter has usually run it.
   if (c.worker_asleep || !c.waiter_took_last) c.cv.notify_all();
@@ -115,8 +129,8 @@ void GroupQueue::set_idle() {
   }
 }
 
-void GroupQueue::worker() {
-  QueueCore& c = *core_;
+void GroupQueue::worker(const std::shared_ptr<QueueCore>& core) {
+  QueueCore& c = *core;
   std::unique_lock lock(c.mu);
   for (;;) {
     if (c.queue.empty()) {
@@ -150,6 +164,26 @@ void GroupQueue::worker() {
 void GroupQueue::drain() {
   QueueCore& c = *core_;
   std::thread t;
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    // From a completion callback on the worker itself (it destroyed its group): the worker
+    // cannot wait for itself. It ends once the callback returns; work still queued would run
+    // on a group that is going away, so it fails instead.
+    std::deque<QueueCore::Item> left;
+    {
+      std::lock_guard lock(c.mu);
+      c.stop = true;
+      left.swap(c.queue);
+      c.queued.store(0, std::memory_order_release);
+    }
+    for (auto& item : left) {
+      item.op = nullptr;
+      item.work->finish(std::make_exception_ptr(
+          InvalidArgument(item.work->what_ + ": its group was destroyed (from a completion "
+                                             "callback) before it started")));
+    }
+    thread_.detach();
+    return;
+  }
   {
     std::unique_lock lock(c.mu);
     c.draining = true;

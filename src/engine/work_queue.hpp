@@ -39,7 +39,9 @@ class WorkState {
   void wait(std::optional<std::chrono::milliseconds> timeout) const;
   std::exception_ptr error() const;
   // Runs `callback(error)` once the work has finished: at once on this thread if it already
-  // has, else on the thread that finishes it, after waiters are released.
+  // has, else on the thread that finishes it, before waiters are released. A callback that
+  // throws makes its exception the work's error; one that destroys the work's group is safe
+  // (the group's worker, which runs it, then ends on its own).
   void on_completion(std::function<void(std::exception_ptr)> callback);
 
  private:
@@ -132,7 +134,7 @@ class GroupQueue {
 
  private:
   void set_idle();
-  void worker();
+  static void worker(const std::shared_ptr<QueueCore>& core);
 
   std::shared_ptr<QueueCore> core_;
   std::thread thread_;

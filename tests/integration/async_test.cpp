@@ -215,5 +215,40 @@ TEST(Async, KilledRankMakesOutstandingWaitsRaise) {
   EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
 }
 
+TEST(Async, ACompletionCallbackThatThrowsBecomesTheWorksErrorAndTheProcessLives) {
+  expect_all_ok(run_ranks(2, [](int rank, int p) {
+    Group g = new_group({0, 1});
+    Tensor t = filled(70000, rank, 0);
+    Work w = all_reduce(t, ReduceOp::Sum, g, true);
+    w.on_completion([](std::exception_ptr) { throw std::runtime_error("the callback failed"); });
+    expect_throw_with<std::runtime_error>([&] { w.wait(); }, "the callback failed");
+    RANK_CHECK(w.is_completed() && w.exception(), "completed, with the callback's error");
+    check_summed(t, p, 0, "the collective itself");
+    Tensor u = filled(10, rank, 1);
+    all_reduce(u, ReduceOp::Sum, g);  // the group goes on
+    check_summed(u, p, 1, "the next call");
+  }));
+}
+
+TEST(Async, ACompletionCallbackMayDestroyItsGroupOrDropItsLastHandle) {
+  expect_all_ok(run_ranks(2, [](int rank, int p) {
+    for (int round = 0; round < 20; ++round) {
+      Tensor t = filled(1000, rank, round);
+      auto holder = std::make_shared<Group>(new_group({0, 1}));
+      Work first = all_reduce(t, ReduceOp::Sum, *holder, true);
+      if (round % 2 == 0) {
+        first.on_completion([holder](std::exception_ptr) { destroy_group(*holder); });
+      } else {
+        // The callback holds the last handle, and drops it.
+        first.on_completion([holder](std::exception_ptr) mutable { *holder = Group(); });
+      }
+      holder.reset();
+      first.wait();
+      check_summed(t, p, round, "the call whose callback destroys the group");
+    }
+    barrier();
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll
