@@ -1,0 +1,262 @@
+// The engine's collectives with every rank a thread of this process, each with its own engine on
+// its own endpoint of an in-process fabric (transports/loopback): every group size from 1 to
+// 16, on one host (descriptors through the mailbox from the group's third call) and spread over
+// hosts (log p descriptor rounds, the ring, the two-level schedule), inline and through
+// one-sided writes; every element of every rank's output checked. Faults: a rank that rejects
+// its arguments, and a rank killed in the middle of a call. Milliseconds, not processes.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/group_state.hpp"
+#include "rdmacoll/errors.hpp"
+#include "topology/topology.hpp"
+#include "transports/loopback/loopback_transport.hpp"
+
+namespace rdmacoll::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::loopback::Fabric;
+
+// A world's group as init_process_group makes it, for ranks whose hosts are `hosts`.
+std::shared_ptr<GroupState> world_group(const std::shared_ptr<transport::Transport>& t, int rank,
+                                        const std::vector<std::string>& hosts) {
+  auto g = std::make_shared<GroupState>();
+  g->transport = t;
+  g->id = 0;
+  g->members.resize(hosts.size());
+  std::iota(g->members.begin(), g->members.end(), 0);
+  const topology::Layout layout = topology::layout_of(hosts);
+  g->hosts = layout.hosts;
+  g->host_of = layout.host_of;
+  g->order = topology::interleaved_order(layout);
+  g->ring_order = topology::host_major_order(layout);
+  g->rank = rank;
+  g->global_rank = rank;
+  g->set_identity(0);
+  g->timeout = 60s;
+  return g;
+}
+
+// `ranks_per_host` ranks on each host (0: every rank on one host).
+std::vector<std::string> hosts_for(int p, int ranks_per_host) {
+  std::vector<std::string> h(p);
+  for (int r = 0; r < p; ++r)
+    h[r] = ranks_per_host ? "host" + std::to_string(r / ranks_per_host) : "one";
+  return h;
+}
+
+struct RankContext {
+  Engine& engine;
+  GroupState& group;
+  int rank;
+  int p;
+  Fabric& fabric;
+};
+
+// Runs body(ctx) on p threads, one per rank; fails the test with each rank's error.
+template <typename Body>
+void run_world(int p, const std::vector<std::string>& hosts, Body body,
+               size_t max_message = SIZE_MAX) {
+  Fabric fabric(p, max_message);
+  std::vector<std::string> errors(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::shared_ptr<transport::Transport> t = transport::make_serialized(fabric.endpoint(r));
+        Engine engine(*t, SpinPolicy{std::chrono::microseconds(0), true});
+        auto g = world_group(t, r, hosts);
+        RankContext ctx{engine, *g, r, p, fabric};
+        try {
+          body(ctx);
+        } catch (...) {
+          // A rank that fails leaves, as its process would: peers waiting for it learn of it.
+          fabric.kill(r);
+          throw;
+        }
+        g->release();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(errors[r], "") << "rank " << r << " of " << p;
+}
+
+double value_of(int rank, int64_t i, int call) {
+  return static_cast<double>((rank * 131 + i * 7 + call) % 1000);
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// An all-gather of n float32 per rank (in: int64, converted, on odd calls), checked.
+void gather_checked(RankContext& c, int64_t n, int call) {
+  const bool convert = call % 2 == 1;
+  Tensor in = zeros({n}, convert ? DType::Int64 : DType::Float32);
+  for (int64_t i = 0; i < n; ++i)
+    in.set(i, value_of(c.rank, i, call));
+  Tensor out = zeros({c.p * n}, DType::Float32);
+  for (int64_t i = 0; i < c.p * n; ++i)
+    out.set(i, -1);
+  AllGatherArgs a;
+  a.out = out.data();
+  a.out_dtype = DType::Float32;
+  a.out_numel = out.numel();
+  a.in = in.data();
+  a.in_dtype = in.dtype();
+  a.in_numel = n;
+  c.engine.all_gather(c.group, a);
+  for (int r = 0; r < c.p; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double got = out.item(r * n + i);
+      if (got != value_of(r, i, call)) {
+        std::ostringstream os;
+        os << "all_gather n=" << n << " call " << call << ": chunk " << r << " element " << i
+           << " is " << got << ", expected " << value_of(r, i, call);
+        throw std::runtime_error(os.str());
+      }
+    }
+  }
+}
+
+TEST(EngineInProcess, AllGatherEveryGroupSizeOnOneHost) {
+  for (int p = 1; p <= 16; ++p) {
+    run_world(p, hosts_for(p, 0), [](RankContext& c) {
+      int call = 0;
+      for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{3000}, int64_t{70000}}) {
+        for (int k = 0; k < 3; ++k)  // the mailbox takes over from the third call
+          gather_checked(c, n, call++);
+      }
+    });
+  }
+}
+
+TEST(EngineInProcess, AllGatherEveryGroupSizeAcrossHosts) {
+  for (int p = 2; p <= 16; ++p) {
+    for (int per_host : {1, 2, 3}) {
+      if (per_host >= p) continue;
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        int call = 0;
+        // Inline (2 KiB across hosts), the log p schedules, and the ring (1 MiB per rank).
+        for (int64_t n : {int64_t{4}, int64_t{1000}, int64_t{1} << 18})
+          gather_checked(c, n, call++);
+      });
+    }
+  }
+}
+
+TEST(EngineInProcess, AllReduceReduceScatterBroadcastAndBarrier) {
+  for (int p : {1, 2, 3, 4, 5, 8, 13}) {
+    for (int per_host : {0, 1, 2}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        for (int64_t n : {int64_t{3}, int64_t{1000}, int64_t{70000}}) {
+          Tensor t = zeros({n}, DType::Float64);
+          for (int64_t i = 0; i < n; ++i)
+            t.set(i, value_of(c.rank, i, 0));
+          c.engine.all_reduce(c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
+          for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int r = 0; r < c.p; ++r)
+              want += value_of(r, i, 0);
+            check(t.item(i) == want,
+                  "all_reduce n=" + std::to_string(n) + " element " + std::to_string(i));
+          }
+          Tensor in = zeros({c.p * n}, DType::Float64);
+          for (int64_t i = 0; i < c.p * n; ++i)
+            in.set(i, value_of(c.rank, i, 1));
+          Tensor out = zeros({n}, DType::Float64);
+          c.engine.reduce_scatter(c.group, out.data(), in.data(), DType::Float64, n, ReduceOp::Max,
+                                  "");
+          for (int64_t i = 0; i < n; ++i) {
+            double want = -1;
+            for (int r = 0; r < c.p; ++r)
+              want = std::max(want, value_of(r, c.rank * n + i, 1));
+            check(out.item(i) == want,
+                  "reduce_scatter n=" + std::to_string(n) + " element " + std::to_string(i));
+          }
+          const int root = c.p - 1;
+          Tensor b = zeros({n}, DType::Int32);
+          for (int64_t i = 0; i < n; ++i)
+            b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
+          c.engine.broadcast(c.group, b.data(), DType::Int32, n, root, "");
+          for (int64_t i = 0; i < n; ++i)
+            check(b.item(i) == value_of(root, i, 2), "broadcast element " + std::to_string(i));
+          c.engine.barrier(c.group);
+        }
+      });
+    }
+  }
+}
+
+// One rank refuses its arguments (what the torch backend's reject() does): every rank raises
+// InvalidArgument naming it, nothing is written, and the group's next calls are right.
+TEST(EngineInProcess, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroupGoesOn) {
+  for (int p : {2, 3, 5, 8}) {
+    for (int per_host : {0, 1}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        for (int64_t n : {int64_t{4}, int64_t{1} << 18}) {
+          const int bad = c.p / 2;
+          Tensor t = zeros({n}, DType::Float32);
+          try {
+            if (c.rank == bad) {
+              c.engine.all_reduce(c.group, nullptr, DType::Float32, 0, ReduceOp::Sum,
+                                  "a mistake of this rank's");
+            } else {
+              c.engine.all_reduce(c.group, t.data(), DType::Float32, n, ReduceOp::Sum, "");
+            }
+            check(false, "no error");
+          } catch (const InvalidArgument& e) {
+            check(std::string(e.what()).find("a mistake of this rank's") != std::string::npos,
+                  std::string("the reason travels: ") + e.what());
+          }
+          gather_checked(c, 5, 0);
+          gather_checked(c, n, 1);
+        }
+      });
+    }
+  }
+}
+
+// A rank killed while the others wait for it: they raise PeerFailure, not Timeout, at once.
+TEST(EngineInProcess, AKilledRankMakesTheOthersRaisePeerFailure) {
+  for (int p : {2, 4, 7}) {
+    std::atomic<int> raised{0};
+    run_world(p, hosts_for(p, 1), [&](RankContext& c) {
+      gather_checked(c, 100, 0);
+      if (c.rank == c.p - 1) {
+        c.fabric.kill(c.rank);
+        return;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        gather_checked(c, 1000, 1);
+        check(false, "no error after a rank was killed");
+      } catch (const PeerFailure&) {
+        check(std::chrono::steady_clock::now() - start < 10s, "raised at once");
+        ++raised;
+        // Those waiting for this rank (not for the dead one) learn of it as it leaves.
+        c.fabric.kill(c.rank);
+      }
+    });
+    EXPECT_EQ(raised.load(), p - 1);
+  }
+}
+
+}  // namespace
+}  // namespace rdmacoll::engine

@@ -1,0 +1,44 @@
+#pragma once
+// An in-process transport: the ranks of one world as threads of one process, each with its own
+// endpoint on a shared Fabric. It implements the interface for real, not as a mock: control
+// messages are matched by (source, tag) with the truncation and ordering rules of UCX's tag
+// matching, one-sided writes land at the receiver's offset and complete its expect (early
+// writes are counted until it is posted), mappable memory is shared by address (so a group's
+// mailbox works as on one host), and blocking waits block on an eventfd. Deterministic, and
+// with faults to inject: a killed rank (its peers' requests fail, as a dead process's would), a
+// link held (messages and writes from one rank to another queue until released), messages
+// dropped. The engine's collectives run on it in milliseconds, every group size in one ctest
+// process (tests/unit/engine_inprocess_test.cpp); the real-process tests stay.
+
+#include <memory>
+#include <string>
+
+#include "transports/transport.hpp"
+
+namespace rdmacoll::transport::loopback {
+
+class Fabric {
+ public:
+  explicit Fabric(int world_size, size_t max_message_bytes = SIZE_MAX);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  // Rank `rank`'s endpoint (once per rank; the fabric outlives its endpoints).
+  std::unique_ptr<Transport> endpoint(int rank);
+
+  // `rank` dies: requests to it fail, its peers' peer_failure() names it, and its own calls fail.
+  void kill(int rank);
+  // While held, what `from` sends or writes to `to` waits (in order); release() delivers it.
+  void hold(int from, int to);
+  void release(int from, int to);
+  // The next `n` control messages from `from` to `to` vanish.
+  void drop(int from, int to, int n);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace rdmacoll::transport::loopback
