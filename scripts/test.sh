@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Installs, builds and runs the whole suite: a normal build, ASan+UBSan and TSan builds, then
-# the verbs suite on SoftRoCE inside QEMU VMs (one VM, then two joined by a virtual cable).
+# Installs, builds and runs the whole suite: a normal build (with the torch backend's tests on
+# Debian's torch 1.13 and pip's torch 2.x), ASan+UBSan and TSan builds, then the verbs suite on
+# SoftRoCE inside QEMU VMs (one VM, then two joined by a virtual cable), the .deb and Ansible.
+#   scripts/test.sh --quick   the Release build, unit and one-host integration tests only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage's heading says when it started.
 stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
 bash scripts/install-deps.sh
 jobs=$(nproc)
+if [ "${1:-}" = --quick ]; then
+  # A contributor's loop: the Release build, the unit tests and the one-host multi-rank tests
+  # over UCX shared memory (a few minutes); the full command runs everything else.
+  stage "build (Release, GCC)"
+  bash scripts/build.sh build -DCMAKE_INSTALL_PREFIX=/usr
+  stage "ctest: unit and one-host integration (shared memory)"
+  (cd build && ctest --output-on-failure -j "$jobs" --timeout 300 -L "unit|integration" \
+    -E "^(tcp|direct_descriptors|scale)\\.")
+  stage "quick suite passed"
+  exit 0
+fi
 stage "pip's torch 2.x and the backend's wheel in .venv (scripts/torch-venv.sh)"
 bash scripts/torch-venv.sh
 stage "build (Release, GCC; for /usr, so that it is also what the .deb packages)"

@@ -112,8 +112,11 @@ RdmacollBackend::RdmacollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
         group_ = rdmacoll::new_standalone_group(ours, rank, size, timeout);
         break;
     }
-  } catch (const rdmacoll::Error&) {
+  } catch (const rdmacoll::InvalidArgument&) {
     std::rethrow_exception(to_torch_error(std::current_exception()));
+  } catch (const rdmacoll::Error& e) {
+    // The group's rendezvous over torch's store: a rank that never came, a store gone away.
+    std::rethrow_exception(compat::store_error(std::string("rdmacoll: ") + e.what()));
   }
 #if !RDMACOLL_TORCH2
   init();

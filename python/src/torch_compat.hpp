@@ -44,6 +44,18 @@ inline std::exception_ptr communication_error(const std::string& message) {
 #endif
 }
 
+// The rendezvous through torch's store failed (a rank never came, the store went away):
+// torch.distributed.DistStoreError where torch has it, else RuntimeError.
+inline std::exception_ptr store_error(const std::string& message) {
+#if RDMACOLL_TORCH2
+  return std::make_exception_ptr(
+      c10::DistStoreError(c10::SourceLocation{__func__, __FILE__, __LINE__}, message));
+#else
+  return std::make_exception_ptr(
+      c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__}, message));
+#endif
+}
+
 // A mistake in the arguments: RuntimeError, as torch's own backends raise.
 inline std::exception_ptr argument_error(const std::string& message) {
   return std::make_exception_ptr(
