@@ -231,35 +231,54 @@ void StoreServer::serve() {
   }
 }
 
+namespace {
+// The server closed the connection before its verdict on our hello: it drops unproven
+// connections when too many come at once (a flood, or hundreds of ranks starting together),
+// so the client connects again.
+struct DroppedBeforeVerdict : PeerFailure {
+  using PeerFailure::PeerFailure;
+};
+}  // namespace
+
 StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_point deadline,
                          const StoreCredentials& credentials)
     : host_(host), port_(port) {
   const sockaddr_in addr = resolve_ipv4(host, port);
   std::chrono::milliseconds backoff(5);
   std::string last_error;
+  auto pause_or_give_up = [&](const std::string& why) {
+    if (Clock::now() + backoff >= deadline) {
+      throw Timeout("could not reach the rendezvous store at " + address() +
+                    " before the timeout (last error: " + why +
+                    "); is rank 0 running with the same MASTER_ADDR/MASTER_PORT?");
+    }
+    // Retry pacing while rank 0 starts up (or sheds load), not a synchronisation wait.
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  };
   for (;;) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw Error("store client: socket() failed: " + errno_string(errno));
-    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) break;
-    last_error = errno_string(errno);
-    ::close(fd_);
-    fd_ = -1;
-    if (Clock::now() + backoff >= deadline) {
-      throw Timeout("could not reach the rendezvous store at " + address() +
-                    " before the timeout (last error: " + last_error +
-                    "); is rank 0 running with the same MASTER_ADDR/MASTER_PORT?");
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      last_error = errno_string(errno);
+      ::close(fd_);
+      fd_ = -1;
+      pause_or_give_up(last_error);
+      continue;
     }
-    // Retry pacing while rank 0 starts up, not a synchronisation wait.
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-  }
-  set_nodelay(fd_);
-  try {
-    prove(credentials, deadline);
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+    set_nodelay(fd_);
+    try {
+      prove(credentials, deadline);
+      return;
+    } catch (const DroppedBeforeVerdict& e) {
+      ::close(fd_);
+      fd_ = -1;
+      pause_or_give_up(e.what());
+    } catch (...) {
+      ::close(fd_);
+      fd_ = -1;
+      throw;
+    }
   }
 }
 
@@ -267,13 +286,25 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, Clock::time_poi
 void StoreClient::prove(const StoreCredentials& credentials, Clock::time_point deadline) {
   const std::string what = "rendezvous store at " + address();
   const auto until = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  try {
+    prove_on(credentials, until, what);
+  } catch (const DroppedBeforeVerdict&) {
+    throw;
+  } catch (const PeerFailure& e) {
+    // Closed or reset before the verdict: the server shed us (see DroppedBeforeVerdict).
+    throw DroppedBeforeVerdict(e.what());
+  }
+}
+
+void StoreClient::prove_on(const StoreCredentials& credentials, Clock::time_point until,
+                           const std::string& what) {
   FrameHeader h;
   if (!recv_all(fd_, &h, sizeof h, until, what)) {
     throw Timeout(what + ": no challenge from the server; is it an rdmacoll store?");
   }
   if (h.magic != kStoreMagic || h.op != static_cast<uint8_t>(StoreOp::Challenge) ||
       h.key_len != 0 || h.value_len != kNonceBytes) {
-    throw PeerFailure(what + ": not an rdmacoll store of this version (bad challenge)");
+    throw InvalidArgument(what + ": not an rdmacoll store of this version (bad challenge)");
   }
   Bytes nonce(kNonceBytes);
   if (!recv_all(fd_, nonce.data(), nonce.size(), until, what)) {
@@ -291,7 +322,9 @@ void StoreClient::prove(const StoreCredentials& credentials, Clock::time_point d
       make_frame(static_cast<uint8_t>(StoreOp::Hello), 0, credentials.job_id, proof);
   send_all(fd_, hello.data(), hello.size(), what);
   if (!recv_all(fd_, &h, sizeof h, until, what)) throw Timeout(what + ": no answer to our hello");
-  if (h.magic != kStoreMagic || h.value_len > 4096) throw PeerFailure(what + ": malformed reply");
+  if (h.magic != kStoreMagic || h.value_len > 4096) {
+    throw InvalidArgument(what + ": not an rdmacoll store of this version (malformed reply)");
+  }
   Bytes message(h.value_len);
   if (h.value_len && !recv_all(fd_, message.data(), message.size(), until, what)) {
     throw Timeout(what + ": reply truncated");

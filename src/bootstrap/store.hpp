@@ -146,6 +146,8 @@ class StoreClient final : public Store {
 
  private:
   void prove(const StoreCredentials& credentials, Clock::time_point deadline);
+  void prove_on(const StoreCredentials& credentials, Clock::time_point until,
+                const std::string& what);
   Bytes request(StoreOp op, const std::string& key, const Bytes& value,
                 std::chrono::milliseconds timeout);
 

@@ -275,6 +275,35 @@ TEST(StoreServer, AFloodOfUnprovenConnectionsIsCappedOldestFirst) {
   EXPECT_GE(closed, 200 - 8);
 }
 
+// A store sheds unproven connections when too many come at once (above); a rank it shed
+// connects again instead of failing its rendezvous (tests/chaos found a rank on a loaded host
+// shed by a flood before it could answer the challenge). Here a listener closes the first
+// connection, then hands the port to a real store.
+TEST(StoreClient, AClientShedBeforeTheVerdictConnectsAgain) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const uint16_t port = ntohs(addr.sin_port);
+  std::unique_ptr<StoreServer> server;
+  std::thread shedder([&] {
+    const int c = ::accept(lfd, nullptr, nullptr);
+    ::close(c);
+    ::close(lfd);
+    server = std::make_unique<StoreServer>("127.0.0.1", port);
+  });
+  StoreClient rank("127.0.0.1", port, soon());
+  shedder.join();
+  rank.set("k", std::string("v"));
+  EXPECT_EQ(rank.get_string("k", 1s), "v");
+}
+
 // A process that holds the port and answers like a store, but without the job's token: the
 // client's own nonce goes unproven, and it refuses that store.
 TEST(StoreAuth, AClientRefusesAStoreThatDoesNotKnowTheToken) {
