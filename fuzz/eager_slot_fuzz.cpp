@@ -1,4 +1,4 @@
-// libFuzzer target: an eager slot of verbs' ring (transports/verbs/eager_ring) as a peer's RDMA
+// libFuzzer target: an eager slot of verbs' ring (src/transport/verbs/eager_ring) as a peer's RDMA
 // write leaves it. The slot's head says which message number it claims; read() must raise
 // TransportError or return a message inside the slot, never read past it; one that reads must
 // pack back into a slot that reads to the same tag and payload.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "rdmacoll/errors.hpp"
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 using namespace rdmacoll::transport::eager_ring;
 

@@ -14,7 +14,7 @@
 #include "engine/call_descriptor.hpp"
 #include "engine/descriptor_round.hpp"
 #include "topology/topology.hpp"
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 using namespace rdmacoll;
 using Bytes = std::vector<uint8_t>;

@@ -1,4 +1,4 @@
-#include "transports/peer_liveness.hpp"
+#include "transport/peer_liveness.hpp"
 
 #include <poll.h>
 #include <sys/syscall.h>

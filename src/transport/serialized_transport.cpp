@@ -13,7 +13,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::transport {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The one interface the engine sees. Implementations: transports/ucx/, transports/verbs/.
+// The one interface the engine sees. Implementations: src/transport/ucx/, src/transport/verbs/.
 //
 // Model (after Gloo's device/pair/buffer, with one-sided writes as the data path):
 //  - register_memory() exposes a local range; its packed_key() travels to peers, which turn it

@@ -18,7 +18,7 @@
 
 #include "bootstrap/store.hpp"
 #include "gather_check.hpp"
-#include "transports/peer_liveness.hpp"
+#include "transport/peer_liveness.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -93,9 +93,9 @@ TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
             try {
               init_process_group();
             } catch (const InvalidArgument& e) {
-              RANK_CHECK(!job_ids && std::string(e.what()).find("claimed twice") !=
-                                         std::string::npos,
-                         e.what());
+              RANK_CHECK(
+                  !job_ids && std::string(e.what()).find("claimed twice") != std::string::npos,
+                  e.what());
               return;
             }
             testing::gather_and_check({}, 100, DType::Int32, DType::Int32, false);

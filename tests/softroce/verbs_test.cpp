@@ -17,7 +17,7 @@
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
 #include "ring_calls.hpp"
-#include "transports/verbs/footprint.hpp"
+#include "transport/verbs/footprint.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -222,7 +222,7 @@ std::string planned_footprint(uint64_t peers, uint64_t world) {
   return os.str();
 }
 
-// The live transport holds what the footprint plan says (transports/verbs/footprint.hpp): no
+// The live transport holds what the footprint plan says (src/transport/verbs/footprint.hpp): no
 // QP before the first call, then one per peer the calls touched (here every peer: one host
 // runs direct schedules), the shared receive and send buffers, the CQ sized at init.
 TEST(Verbs, FootprintMatchesThePlan) {
@@ -494,7 +494,8 @@ TEST(Verbs, GroupsWhoseIdsCollideModulo256NeverTakeEachOthersWrites) {
     for (int round = 0; round < 40; ++round) {
       std::vector<Tensor> ins, outs;
       std::vector<Work> works;
-      for (const Group* g : {static_cast<const Group*>(nullptr), static_cast<const Group*>(&g256)}) {
+      for (const Group* g :
+           {static_cast<const Group*>(nullptr), static_cast<const Group*>(&g256)}) {
         Tensor in = zeros({n});
         for (int64_t j = 0; j < n; ++j)
           in.set(j, rank * 1000 + j % 997 + round + (g ? 500000 : 0));

@@ -5,7 +5,7 @@
 
 #include "engine/call_descriptor.hpp"
 #include "rdmacoll/errors.hpp"
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
 namespace {

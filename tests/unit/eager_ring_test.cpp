@@ -1,8 +1,8 @@
-// The framing of verbs' eager slots (transports/verbs/eager_ring.hpp), without a device: what a
+// The framing of verbs' eager slots (src/transport/verbs/eager_ring.hpp), without a device: what a
 // sender packs reads back whole, a slot that has not fully landed reads as not yet, and a slot
 // whose head claims a length no slot holds raises.
 
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The verbs transport's fabric decisions on tables of GIDs and P_Keys, as the device would
 // report them (no RDMA device here: the tables stand in for the queries below the interface).
 
-#include "transports/verbs/fabric.hpp"
+#include "transport/verbs/fabric.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

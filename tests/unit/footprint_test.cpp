@@ -1,4 +1,4 @@
-// The verbs transport's footprint plan (transports/verbs/footprint.hpp) for p = 2..4096. What
+// The verbs transport's footprint plan (src/transport/verbs/footprint.hpp) for p = 2..4096. What
 // the peers share does not grow with p: the shared receive queue, one pool of send buffers and
 // a CQ bounded by the send work requests allowed in flight. Each peer used to cost 32 receive
 // and 64 send buffers (394 KB), later 8 send buffers (32 KiB), and 96 then 64 CQ entries. QPs
@@ -8,7 +8,7 @@
 // its ring of eager slots (35 KB), so that part grows with the peers a rank touches, not with p.
 // The SoftRoCE suite checks the live transport reports this plan.
 
-#include "transports/verbs/footprint.hpp"
+#include "transport/verbs/footprint.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// Receiver-chosen immediates (transports/verbs/immediates.hpp): every token and index survive
+// Receiver-chosen immediates (src/transport/verbs/immediates.hpp): every token and index survive
 // the 32 bits, the write ring's wake-up bit is never set by a write, and a receiver's live
 // tokens are distinct; a failed call's token stays fenced while free ones remain.
 
-#include "transports/verbs/immediates.hpp"
+#include "transport/verbs/immediates.hpp"
 
 #include <gtest/gtest.h>
 

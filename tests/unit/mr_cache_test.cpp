@@ -1,7 +1,7 @@
 // The verbs registration cache's logic, with a fake registrar below its Register/Deregister
 // interface (no RDMA device here): handles are counters, and the fake records what is live.
 
-#include "transports/verbs/mr_cache.hpp"
+#include "transport/verbs/mr_cache.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "transports/loopback/loopback_transport.hpp"
+#include "transport/loopback/loopback_transport.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

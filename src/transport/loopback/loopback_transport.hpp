@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::transport::loopback {
 

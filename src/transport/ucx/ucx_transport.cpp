@@ -1,4 +1,4 @@
-#include "transports/ucx/ucx_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 #include <poll.h>
 #include <sys/syscall.h>
@@ -18,7 +18,7 @@
 
 #include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
-#include "transports/peer_liveness.hpp"
+#include "transport/peer_liveness.hpp"
 
 namespace rdmacoll::transport {
 

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::transport {
 

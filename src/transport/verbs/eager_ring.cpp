@@ -1,4 +1,4 @@
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 #include <atomic>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "transports/verbs/fabric.hpp"
+#include "transport/verbs/fabric.hpp"
 
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>

@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transports/transport.hpp"
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/transport.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 namespace rdmacoll::transport::verbs_plan {
 

@@ -13,8 +13,8 @@
 #include <deque>
 #include <vector>
 
-#include "transports/transport.hpp"
-#include "transports/verbs/eager_ring.hpp"
+#include "transport/transport.hpp"
+#include "transport/verbs/eager_ring.hpp"
 
 namespace rdmacoll::transport::verbs_imm {
 

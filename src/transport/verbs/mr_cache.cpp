@@ -1,4 +1,4 @@
-#include "transports/verbs/mr_cache.hpp"
+#include "transport/verbs/mr_cache.hpp"
 
 #include <thread>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "transports/verbs/verbs_transport.hpp"
+#include "transport/verbs/verbs_transport.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,12 +28,12 @@
 #include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
-#include "transports/peer_liveness.hpp"
-#include "transports/verbs/eager_ring.hpp"
-#include "transports/verbs/fabric.hpp"
-#include "transports/verbs/footprint.hpp"
-#include "transports/verbs/immediates.hpp"
-#include "transports/verbs/mr_cache.hpp"
+#include "transport/peer_liveness.hpp"
+#include "transport/verbs/eager_ring.hpp"
+#include "transport/verbs/fabric.hpp"
+#include "transport/verbs/footprint.hpp"
+#include "transport/verbs/immediates.hpp"
+#include "transport/verbs/mr_cache.hpp"
 
 namespace rdmacoll::transport {
 

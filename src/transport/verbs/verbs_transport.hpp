@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::transport {
 
