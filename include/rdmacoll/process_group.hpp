@@ -28,14 +28,16 @@ struct InitOptions {
   std::shared_ptr<Store> store;
 };
 
-class GroupState;  // internal
+namespace detail {
+class GroupState;  // the library's; opaque here
+}  // namespace detail
 
 // A handle on a group of ranks. Cheap to copy. The default-constructed Group means "the
 // default (world) group" when passed to a collective.
 class Group {
  public:
   Group() = default;
-  explicit Group(std::shared_ptr<GroupState> state) : state_(std::move(state)) {}
+  explicit Group(std::shared_ptr<detail::GroupState> state) : state_(std::move(state)) {}
 
   bool is_member() const;
   // This process's rank inside the group, or -1 when it is not a member.
@@ -44,10 +46,10 @@ class Group {
   // Global ranks of the members, in group rank order.
   const std::vector<int>& ranks() const;
   bool is_default() const { return state_ == nullptr; }
-  GroupState* state() const { return state_.get(); }
 
  private:
-  std::shared_ptr<GroupState> state_;
+  friend detail::GroupState* state_of(const Group& group);
+  std::shared_ptr<detail::GroupState> state_;
 };
 
 void init_process_group(const InitOptions& options = {});
@@ -93,12 +95,6 @@ Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& gr
 // Gathers into a list: outputs[i] receives rank i's input.
 Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group = {},
                 bool async_op = false);
-
-// Reduction operators, as torch.distributed.ReduceOp. On bool tensors SUM and MAX are a logical
-// or, PRODUCT and MIN a logical and. AVG needs a floating-point dtype; BAND, BOR and BXOR an
-// integer or bool one.
-enum class ReduceOp : uint8_t { Sum, Product, Min, Max, Avg, BAnd, BOr, BXor };
-std::string reduce_op_name(ReduceOp op);  // "SUM", "PRODUCT", ...
 
 // Reduces `tensor` across the group, in place: afterwards every member holds the elementwise
 // reduction of every member's tensor. Each rank reduces in group rank order (16-bit floats in

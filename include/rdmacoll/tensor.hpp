@@ -11,29 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/types.hpp"
+
 namespace rdmacoll {
-
-enum class DType : uint8_t {
-  Bool,
-  UInt8,
-  Int8,
-  Int16,
-  Int32,
-  Int64,
-  Float16,
-  BFloat16,
-  Float32,
-  Float64,
-};
-
-inline constexpr DType kAllDTypes[] = {
-    DType::Bool,  DType::UInt8,   DType::Int8,     DType::Int16,   DType::Int32,
-    DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
-
-size_t element_size(DType dtype);
-bool is_floating_point(DType dtype);
-// "torch.float32" style name, as torch prints it.
-std::string dtype_name(DType dtype);
 
 class Tensor {
  public:
@@ -84,8 +64,5 @@ inline Tensor tensor(std::initializer_list<double> values, DType dtype = DType::
 
 // Prints like torch: "tensor([1., 2., 2., 3.])".
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
-
-// Converts `count` elements from `src` (dtype `from`) to `dst` (dtype `to`), as torch's copy_.
-void convert_elements(void* dst, DType to, const void* src, DType from, size_t count);
 
 }  // namespace rdmacoll

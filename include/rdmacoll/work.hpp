@@ -10,15 +10,15 @@
 
 namespace rdmacoll {
 
-namespace engine {
-class WorkState;  // internal
-}
+namespace detail {
+class WorkState;  // the library's; opaque here
+}  // namespace detail
 
 class Work {
  public:
   // A completed work: what a blocking call returns.
   Work() = default;
-  explicit Work(std::shared_ptr<engine::WorkState> state) : state_(std::move(state)) {}
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
 
   bool is_completed() const;
   // Waits until the collective has finished and rethrows its error (InvalidArgument, Timeout,
@@ -35,7 +35,7 @@ class Work {
   void on_completion(std::function<void(std::exception_ptr)> callback) const;
 
  private:
-  std::shared_ptr<engine::WorkState> state_;
+  std::shared_ptr<detail::WorkState> state_;
 };
 
 }  // namespace rdmacoll

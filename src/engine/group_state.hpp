@@ -15,6 +15,7 @@
 #include "engine/pending.hpp"
 #include "engine/work_queue.hpp"
 #include "schedule/schedule.hpp"
+#include "schedule/service.hpp"
 
 namespace rdmacoll {
 
@@ -33,8 +34,11 @@ struct CallScratch {
   std::vector<std::vector<uint8_t>> round_send;  // across hosts: each round's messages
   std::vector<uint8_t> round_receive;            // and the one being received
   std::vector<size_t> round_pieces;              // where each message of a round starts
-  int order_position = -1;                       // this rank's place in GroupState::order
-  int ring_position = -1;                        // and in GroupState::ring_order
+  std::vector<int> round_chunks;                 // the group ranks a round moves
+  // The descriptor rounds' service schedules (schedule/service.hpp), made once per group.
+  std::map<schedule::ServiceRounds, schedule::Schedule> service_schedules;
+  int order_position = -1;  // this rank's place in GroupState::order
+  int ring_position = -1;   // and in GroupState::ring_order
   // A ring call saw only its successor's descriptor (group rank), else -1: all of them.
   int seen_only = -1;
   std::vector<uint8_t> neighbour_error[2];  // errors spread by the ring neighbours
@@ -42,6 +46,8 @@ struct CallScratch {
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
   std::vector<const void*> reduce_chunks;
 };
+
+namespace detail {
 
 class GroupState {
  public:
@@ -99,5 +105,9 @@ class GroupState {
   bool is_member() const { return rank >= 0; }
   std::string describe() const;  // "group 1 (ranks [0, 1])"
 };
+
+}  // namespace detail
+
+using detail::GroupState;
 
 }  // namespace rdmacoll

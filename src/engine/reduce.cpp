@@ -6,33 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "api/dtype.hpp"
-
-namespace rdmacoll {
-
-std::string reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "SUM";
-    case ReduceOp::Product:
-      return "PRODUCT";
-    case ReduceOp::Min:
-      return "MIN";
-    case ReduceOp::Max:
-      return "MAX";
-    case ReduceOp::Avg:
-      return "AVG";
-    case ReduceOp::BAnd:
-      return "BAND";
-    case ReduceOp::BOr:
-      return "BOR";
-    case ReduceOp::BXor:
-      return "BXOR";
-  }
-  return "op " + std::to_string(static_cast<int>(op));
-}
-
-}  // namespace rdmacoll
+#include "common/half.hpp"
 
 namespace rdmacoll::engine {
 

@@ -5,8 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "rdmacoll/process_group.hpp"
-#include "rdmacoll/tensor.hpp"
+#include "rdmacoll/types.hpp"
 
 namespace rdmacoll::engine {
 

@@ -2,7 +2,7 @@
 
 #include "rdmacoll/errors.hpp"
 
-namespace rdmacoll::engine {
+namespace rdmacoll::detail {
 
 void WorkState::finish(std::exception_ptr error) {
   // Callbacks run before waiters are released: one that throws makes its exception the work's
@@ -68,6 +68,10 @@ void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   }
   if (error_) std::rethrow_exception(error_);
 }
+
+}  // namespace rdmacoll::detail
+
+namespace rdmacoll::engine {
 
 std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lock) {
   Item item = std::move(queue.front());

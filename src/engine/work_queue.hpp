@@ -23,9 +23,11 @@
 #include <vector>
 
 namespace rdmacoll::engine {
-
 class GroupQueue;
 struct QueueCore;
+}  // namespace rdmacoll::engine
+
+namespace rdmacoll::detail {
 
 // One issued collective: completion and its error.
 class WorkState {
@@ -45,15 +47,21 @@ class WorkState {
   void on_completion(std::function<void(std::exception_ptr)> callback);
 
  private:
-  friend class GroupQueue;
+  friend class engine::GroupQueue;
   std::string what_;
-  std::weak_ptr<QueueCore> queue_;  // where it waits to start, for a waiter to run it
+  std::weak_ptr<engine::QueueCore> queue_;  // where it waits to start, for a waiter to run it
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
 };
+
+}  // namespace rdmacoll::detail
+
+namespace rdmacoll::engine {
+
+using detail::WorkState;
 
 // A group's queue state, shared with the WorkStates waiting in it (they may outlive the
 // GroupQueue's owner only while a waiter runs one of them; drain() waits for that).

@@ -1,5 +1,5 @@
 // The engine's collectives with every rank a thread of this process, each with its own engine on
-// its own endpoint of an in-process fabric (transports/loopback): every group size from 1 to
+// its own endpoint of an in-process fabric (src/transport/loopback): every group size from 1 to
 // 16, on one host (descriptors through the mailbox from the group's third call) and spread over
 // hosts (log p descriptor rounds, the ring, the two-level schedule), inline and through
 // one-sided writes; every element of every rank's output checked. Faults: a rank that rejects
@@ -19,8 +19,9 @@
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "rdmacoll/errors.hpp"
+#include "rdmacoll/tensor.hpp"
 #include "topology/topology.hpp"
-#include "transports/loopback/loopback_transport.hpp"
+#include "transport/loopback/loopback_transport.hpp"
 
 namespace rdmacoll::engine {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "api/dtype.hpp"
+#include "common/half.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/tensor.hpp"
 
