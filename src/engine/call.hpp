@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
-#include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "engine/leaving.hpp"
 #include "engine/pending.hpp"
 #include "rdmacoll/errors.hpp"
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
 
@@ -42,8 +42,8 @@ class Call {
     sends_.clear();
   }
 
+  // No network I/O here: a failed call's neighbours were told by run()'s failure path.
   ~Call() {
-    leave_failed();
     for (auto* list : {&recvs_, &sends_, &watch_}) {
       for (auto& p : *list) {
         if (p.req && !p.req->done()) t_.cancel(p.req);
@@ -51,7 +51,9 @@ class Call {
       list->clear();  // keeps the capacity for the group's next call
     }
     // After a failure the token is fenced: writes still on their way to us land nowhere.
-    if (token_) t_.release_token(*token_, std::uncaught_exceptions() > uncaught_ || g_.broken);
+    if (token_) {
+      t_.release_token(*token_, failed_ || std::uncaught_exceptions() > uncaught_ || g_.broken);
+    }
   }
 
   uint64_t seq() const { return seq_; }
@@ -95,12 +97,20 @@ class Call {
     neighbour_[0] = pred;
     neighbour_[1] = succ;
   }
-  // While an exception leaves the call in ring-step mode: tells both ring neighbours and waits
-  // for their word (spread_error), once. Run before the call's registrations go
-  // (ExposedRegion), since the predecessor's writes may still be landing in them.
-  void leave_failed() {
-    if (watching() && !spreading_ && std::uncaught_exceptions() > uncaught_ && !g_.broken) {
-      spread_error();
+  // Runs the call's body. When it throws, the failure path runs, explicitly, before the
+  // exception leaves: in ring-step mode both ring neighbours are told and heard (spread_error,
+  // once), and only then is the registration of `exposed` (the output the peers were told of)
+  // dropped, since the predecessor's writes may still be landing in it: a later write then
+  // fails at its writer instead of landing in memory the user frees and reuses.
+  template <typename Body>
+  void run(Body&& body, const std::shared_ptr<transport::MemoryRegion>* exposed = nullptr) {
+    try {
+      body();
+    } catch (...) {
+      failed_ = true;
+      if (watching() && !spreading_ && !g_.broken) spread_error();
+      if (exposed && *exposed) t_.forget_registration(**exposed);
+      throw;
     }
   }
   // What this rank's error says to the others (without this rank's call prefix): kept for
@@ -250,6 +260,7 @@ class Call {
   std::vector<Pending>& sends_;
   std::vector<Pending> watch_;   // ring-step mode: the neighbours' error reports, once posted
   bool spreading_ = false;       // spread_error ran (it runs once)
+  bool failed_ = false;          // run()'s body threw
   int neighbour_[2] = {-1, -1};  // predecessor, successor
   mutable std::string error_text_;
   int uncaught_ = std::uncaught_exceptions();
@@ -269,30 +280,5 @@ CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherA
 
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);
-
-// Which descriptors a call needs: a ring all-gather writes only to its ring successor.
-enum class DescriptorsNeeded { All, Successor };
-
-// Sends our descriptor to every other member and collects theirs (index = group rank): through
-// eager slots once the group has them, else as messages (which also carry the slots' set-up).
-// With DescriptorsNeeded::Successor, where the group's descriptors take Bruck's rounds in ring
-// order and its eager slots are off (across hosts), only the first round runs: one message to
-// the ring predecessor, one from the successor (scratch.seen_only says so; check_descriptors
-// then checks that pair). The result lives in the group's scratch: valid until its next call.
-const std::vector<CallDescriptor>& exchange_descriptors(
-    transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
-    DescriptorsNeeded needed = DescriptorsNeeded::All);
-
-// Raises InvalidArgument(where: reason), noting the reason for the neighbours (ring-step mode).
-[[noreturn]] void reject(const Call& call, const std::string& reason);
-
-// Every rank sees the same descriptors, so every rank raises the same InvalidArgument: for a
-// different collective, a rank that rejected its arguments, or sizes, dtypes, lengths, the
-// reduce operator or the eager path that differ. A call that saw only its successor's
-// descriptor checks that pair: around the ring, every pair agreeing is every rank agreeing.
-void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all);
-void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all);
-// Raises for a rank that rejected its own arguments (check_descriptors does this too).
-void check_rejections(const Call& call, const std::vector<CallDescriptor>& all);
 
 }  // namespace rdmacoll::engine

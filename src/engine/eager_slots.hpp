@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "engine/call_descriptor.hpp"
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
 

@@ -1,45 +1,20 @@
 #pragma once
 // Runs collectives over a transport: per-call descriptors (readiness and cross-rank checks),
-// then the schedule's one-sided writes, every wait bounded by the group's timeout.
+// then the schedule's one-sided writes, every wait bounded by the group's timeout. The facade:
+// each collective lives in its own file, src/engine/collectives/.
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
 #include "engine/group_state.hpp"
-#include "rdmacoll/process_group.hpp"
-#include "rdmacoll/tensor.hpp"
-#include "transports/transport.hpp"
+#include "rdmacoll/types.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
-
-struct AllGatherArgs {
-  void* out = nullptr;
-  DType out_dtype = DType::Float32;
-  int64_t out_numel = 0;
-  const void* in = nullptr;
-  DType in_dtype = DType::Float32;
-  int64_t in_numel = 0;
-  // Non-empty when the local arguments are invalid: the call still tells the peers (so they
-  // raise too) and then raises InvalidArgument with this text.
-  std::string local_error;
-  // all_reduce gathers through here; these travel in the descriptors so that ranks that
-  // disagree (or call different collectives) raise on every rank.
-  CollectiveOp op = CollectiveOp::AllGather;
-  ReduceOp reduce_op = ReduceOp::Sum;
-  uint64_t total_numel = 0;
-  int root = 0;  // broadcast
-};
-
-// How a wait polls before it blocks in the transport: a wake-up from poll() costs tens of us,
-// so waits poll first; when ranks outnumber cores each poll yields the core (sched_yield) so
-// the peer being waited for can run, as MPI's yield-when-idle does.
-struct SpinPolicy {
-  std::chrono::microseconds duration{0};
-  bool yield = false;
-};
 
 class Engine {
  public:
@@ -59,28 +34,12 @@ class Engine {
   // `local_error` as for all_gather (a layer above refused this rank's call).
   void barrier(GroupState& group, const std::string& local_error = {});
 
- public:
-  // One round of a reduce-scatter: piece j is m elements at in + j * stride bytes.
-  struct ReduceScatterRound {
-    CollectiveOp collective;  // what the descriptors say: AllReduce or ReduceScatter
-    const uint8_t* in;
-    size_t stride;
-    uint8_t* out;  // m elements; may be our own piece of `in`
-    DType dtype;
-    int64_t m;
-    ReduceOp op;
-    uint64_t total_numel;  // the whole call's length, checked across ranks
-    const std::string& local_error;
-  };
+  // For the collectives' files (collectives/*.cpp): the transport every call runs over, and
+  // how its waits poll.
+  transport::Transport& transport() { return transport_; }
+  SpinPolicy spin() const { return spin_; }
 
  private:
-  void reduce_scatter_round(GroupState& group, const ReduceScatterRound& round);
-  void reduce_scatter_direct(GroupState& group, const ReduceScatterRound& round);
-  void reduce_scatter_ring(GroupState& group, const ReduceScatterRound& round);
-  void broadcast_tree(GroupState& group, uint8_t* data, size_t bytes, const AllGatherArgs& args,
-                      int root);
-  void broadcast_scatter(GroupState& group, uint8_t* data, const AllGatherArgs& args, int root);
-
   transport::Transport& transport_;
   SpinPolicy spin_;
 };
@@ -100,10 +59,5 @@ schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<in
                                      const std::vector<int>& ring_order);
 // The algorithm RDMACOLL_ALGO names, or nullopt for auto.
 const std::optional<schedule::Algorithm>& forced_algorithm();
-// RDMACOLL_DESCRIPTORS: how a call's descriptors travel when no eager slots carry them. Auto:
-// a log-p all-gather across hosts (recursive doubling for powers of two, else Bruck's), the
-// direct round of p - 1 messages on one host. Bruck: Bruck's rounds for any p.
-enum class DescriptorExchange { Auto, Direct, Bruck };
-DescriptorExchange descriptor_exchange();  // read once; InvalidArgument on a bad value
 
 }  // namespace rdmacoll::engine

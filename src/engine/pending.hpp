@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "transports/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
 

@@ -4,6 +4,7 @@
 
 #include "schedule/binomial_tree.hpp"
 #include "schedule/reduce_scatter.hpp"
+#include "schedule/service.hpp"
 
 namespace rdmacoll::schedule {
 
@@ -57,18 +58,15 @@ std::vector<int> connection_plan(const GroupPlan& plan, const std::vector<int>& 
     const std::vector<int> b = broadcast_peers(p, rank);
     v.insert(v.end(), b.begin(), b.end());
   }
-  if (plan.descriptors == DescriptorPeers::Bruck) {
-    const std::vector<int> d = plus_minus_powers_of_two(p, rank);  // Bruck's rounds
+  // The descriptors' rounds are schedules too (schedule/service.hpp); the mailbox needs none.
+  if (plan.descriptors != DescriptorPeers::Schedule) {
+    const ServiceRounds rounds = plan.descriptors == DescriptorPeers::Every ? ServiceRounds::Direct
+                                 : plan.descriptors == DescriptorPeers::Bruck ? ServiceRounds::Bruck
+                                 : plan.descriptors == DescriptorPeers::RecursiveDoubling
+                                     ? ServiceRounds::RecursiveDoubling
+                                     : ServiceRounds::RingStep;
+    const std::vector<int> d = peers_of(descriptor_schedule(rounds, order, rank));
     v.insert(v.end(), d.begin(), d.end());
-  } else if (plan.descriptors == DescriptorPeers::RecursiveDoubling) {
-    const std::vector<int> d = peers_of(recursive_doubling(order, rank));
-    v.insert(v.end(), d.begin(), d.end());
-  } else if (plan.descriptors == DescriptorPeers::RingStep) {
-    const std::vector<int> d = peers_of(ring(order, rank));
-    v.insert(v.end(), d.begin(), d.end());
-  } else if (plan.descriptors == DescriptorPeers::Every) {
-    for (int r = 0; r < p; ++r)
-      v.push_back(r);
   }
   v.erase(std::remove(v.begin(), v.end(), rank), v.end());
   sort_unique(v);

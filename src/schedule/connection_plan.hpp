@@ -15,11 +15,10 @@
 
 namespace rdmacoll::schedule {
 
-// Whom a rank exchanges its call descriptors with (src/engine/call.cpp): every member (the
-// direct round, on one host), Bruck's rounds (rank +- 2^k), recursive doubling's (rank xor
-// 2^k in the virtual order: across hosts where p is a power of two, the recursive-doubling
-// all-gather's own peers), the ring step only (a ring call across hosts: Bruck's first round
-// in ring order, the two ring neighbours), or no one beyond what the schedules use.
+// Whom a rank exchanges its call descriptors with: the peers of the service schedule the engine
+// runs for them (schedule/service.hpp): every member (the direct round), Bruck's rounds,
+// recursive doubling's, the ring step only (a ring call across hosts), or no one beyond what the
+// schedules use (the mailbox carries them, on one host).
 enum class DescriptorPeers { Every, Bruck, RecursiveDoubling, RingStep, Schedule };
 
 // What a group runs, as far as connections go.

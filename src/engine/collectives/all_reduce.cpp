@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/agreement.hpp"
 #include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
 
@@ -49,8 +52,9 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;
-      reduce_scatter_round(g, {CollectiveOp::AllReduce, base, m * es, base + g.rank * m * es, dtype,
-                               m, op, static_cast<uint64_t>(numel), local_error});
+      reduce_scatter_round(*this, g,
+                           {CollectiveOp::AllReduce, base, m * es, base + g.rank * m * es, dtype, m,
+                            op, static_cast<uint64_t>(numel), local_error});
       // In place: our reduced piece is our own slot of the output.
       all_gather(g, round_args(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m, op,
                                numel, ""));

@@ -8,9 +8,11 @@
 
 #include <cstring>
 
+#include "engine/agreement.hpp"
 #include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
-#include "engine/exposed_region.hpp"
 #include "schedule/binomial_tree.hpp"
 
 namespace rdmacoll::engine {
@@ -30,6 +32,145 @@ void check_same_path(const Call& call, const std::vector<CallDescriptor>& all, b
                        " for the same tensor; every rank must see the same RDMACOLL_EAGER_LIMIT");
     }
   }
+}
+
+// Each rank registers its tensor; the root writes it whole to its children, and every rank
+// forwards it to its own children once it has landed.
+void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const AllGatherArgs& a,
+                    int root) {
+  transport::Transport& t = e.transport();
+  Call call(t, g, "broadcast", e.spin());
+  std::shared_ptr<transport::MemoryRegion> region;  // our tensor, once registered
+  call.run(
+      [&] {
+        const int p = g.size();
+        transport::Bytes key;
+        CallDescriptor mine = make_descriptor(g, call, a);
+        if (mine.ok) {
+          region = t.register_memory(data, bytes);
+          mine.out_addr = reinterpret_cast<uint64_t>(data);
+          mine.out_bytes = bytes;
+          key = region->packed_key();
+          mine.key = key;
+        }
+        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+        if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+        check_descriptors(call, all);
+        check_same_path(call, all, false);
+        const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
+        if (node.parent >= 0) {
+          const uint64_t tag = transport::write_signal(call.token(), 0);
+          call.recvs().push_back({call.guarded([&] {
+                                    return t.expect(call.global(node.parent), *region, 0, bytes,
+                                                    tag);
+                                  }),
+                                  node.parent, Pending::Kind::Arrival, 0, 1});
+          call.wait(call.recvs(), 0, 1);
+        }
+        std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;
+        for (int child : node.children) {
+          const CallDescriptor& dst = all[child];
+          if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
+            throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
+                                 " bytes into rank " + std::to_string(call.global(child)) +
+                                 "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
+          }
+          remotes.push_back(call.guarded([&] {
+            return t.unpack_remote(call.global(child), dst.out_addr, dst.out_bytes, dst.key);
+          }));
+          const uint64_t tag = transport::write_signal(dst.signal_token, 0);
+          call.sends().push_back(
+              {call.guarded([&] { return t.write(*region, 0, *remotes.back(), 0, bytes, tag); }),
+               child, Pending::Kind::Write, 0, 1});
+        }
+        call.wait(call.sends(), 0, call.sends().size());
+      },
+      &region);
+}
+
+// The root writes piece j (m elements) into rank j's tensor at its final offset, and the tail
+// (numel mod p elements) to every rank; then every rank's piece is its slot of an in-place
+// all-gather over the first p x m elements.
+void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherArgs& a, int root) {
+  transport::Transport& t = e.transport();
+  const int p = g.size();
+  const size_t es = element_size(a.out_dtype);
+  const int64_t m = a.out_numel / p;
+  const size_t piece = static_cast<size_t>(m) * es;
+  const size_t bytes = static_cast<size_t>(a.out_numel) * es;
+  const size_t tail = bytes - p * piece;
+  {
+    Call call(t, g, "broadcast", e.spin());
+    std::shared_ptr<transport::MemoryRegion> region;  // our tensor, once registered
+    call.run(
+        [&] {
+          transport::Bytes key;
+          CallDescriptor mine = make_descriptor(g, call, a);
+          if (mine.ok) {
+            region = t.register_memory(data, bytes);
+            mine.out_addr = reinterpret_cast<uint64_t>(data);
+            mine.out_bytes = bytes;
+            key = region->packed_key();
+            mine.key = key;
+          }
+          const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+          if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+          check_descriptors(call, all);
+          check_same_path(call, all, false);
+          if (g.rank != root) {
+            const uint64_t piece_tag = transport::write_signal(call.token(), 0);
+            const uint64_t tail_tag = transport::write_signal(call.token(), 1);
+            call.recvs().push_back({call.guarded([&] {
+                                      return t.expect(call.global(root), *region, g.rank * piece,
+                                                      piece, piece_tag);
+                                    }),
+                                    root, Pending::Kind::Arrival, g.rank, 1});
+            if (tail > 0) {
+              call.recvs().push_back({call.guarded([&] {
+                                        return t.expect(call.global(root), *region, p * piece, tail,
+                                                        tail_tag);
+                                      }),
+                                      root, Pending::Kind::Arrival, p, 1});
+            }
+            call.wait(call.recvs(), 0, call.recvs().size());
+          } else {
+            std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+            for (int i = 1; i < p; ++i) {
+              const int j = (root + i) % p;
+              const CallDescriptor& dst = all[j];
+              if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
+                throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
+                                     " bytes into rank " + std::to_string(call.global(j)) +
+                                     "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
+              }
+              remotes[j] = call.guarded([&] {
+                return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
+              });
+              const uint64_t piece_tag = transport::write_signal(dst.signal_token, 0);
+              const uint64_t tail_tag = transport::write_signal(dst.signal_token, 1);
+              call.sends().push_back({call.guarded([&] {
+                                        return t.write(*region, j * piece, *remotes[j], j * piece,
+                                                       piece, piece_tag);
+                                      }),
+                                      j, Pending::Kind::Write, j, 1});
+              if (tail > 0) {
+                call.sends().push_back({call.guarded([&] {
+                                          return t.write(*region, p * piece, *remotes[j], p * piece,
+                                                         tail, tail_tag);
+                                        }),
+                                        j, Pending::Kind::Write, p, 1});
+              }
+            }
+            call.wait(call.sends(), 0, call.sends().size());
+          }
+        },
+        &region);
+  }
+  AllGatherArgs gather = a;
+  gather.out_numel = static_cast<int64_t>(p) * m;
+  gather.in = data + g.rank * piece;
+  gather.in_numel = m;
+  all_gather(e, g, gather);
 }
 
 }  // namespace
@@ -52,158 +193,30 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   if (p > 1 && bytes > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
     // Two ranks: the tree is one write of the whole tensor, which no scatter beats.
     if (p > 2 && bytes > kTreeMaxBytes && numel >= p)
-      return broadcast_scatter(g, bytes_at, a, root);
-    return broadcast_tree(g, bytes_at, bytes, a, root);
+      return broadcast_scatter(*this, g, bytes_at, a, root);
+    return broadcast_tree(*this, g, bytes_at, bytes, a, root);
   }
   Call call(transport_, g, "broadcast", spin_);
-  if (p == 1) {
-    if (!local_error.empty()) throw InvalidArgument(call.where() + ": " + local_error);
-    return;
-  }
-  CallDescriptor mine = make_descriptor(g, call, a);
-  if (mine.ok && g.rank == root) mine.inline_data = {bytes_at, bytes};
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
-  check_descriptors(call, all);
-  check_same_path(call, all, true);
-  if (g.rank == root || bytes == 0) return;
-  if (all[root].inline_data.size() != bytes) {
-    throw TransportError(call.where() + ": the source, rank " + std::to_string(call.global(root)) +
-                         ", sent " + std::to_string(all[root].inline_data.size()) +
-                         " inline bytes, expected " + std::to_string(bytes));
-  }
-  std::memcpy(bytes_at, all[root].inline_data.data(), bytes);
-}
-
-// Each rank registers its tensor; the root writes it whole to its children, and every rank
-// forwards it to its own children once it has landed.
-void Engine::broadcast_tree(GroupState& g, uint8_t* data, size_t bytes, const AllGatherArgs& a,
-                            int root) {
-  Call call(transport_, g, "broadcast", spin_);
-  const int p = g.size();
-  std::shared_ptr<transport::MemoryRegion> region;
-  const ExposedRegion exposed(transport_, region, call);
-  transport::Bytes key;
-  CallDescriptor mine = make_descriptor(g, call, a);
-  if (mine.ok) {
-    region = transport_.register_memory(data, bytes);
-    mine.out_addr = reinterpret_cast<uint64_t>(data);
-    mine.out_bytes = bytes;
-    key = region->packed_key();
-    mine.key = key;
-  }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
-  check_descriptors(call, all);
-  check_same_path(call, all, false);
-  const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
-  if (node.parent >= 0) {
-    const uint64_t tag = transport::write_signal(call.token(), 0);
-    call.recvs().push_back({call.guarded([&] {
-                              return transport_.expect(call.global(node.parent), *region, 0, bytes,
-                                                       tag);
-                            }),
-                            node.parent, Pending::Kind::Arrival, 0, 1});
-    call.wait(call.recvs(), 0, 1);
-  }
-  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;
-  for (int child : node.children) {
-    const CallDescriptor& dst = all[child];
-    if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
-      throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
-                           " bytes into rank " + std::to_string(call.global(child)) +
-                           "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
+  call.run([&] {
+    if (p == 1) {
+      if (!local_error.empty()) throw InvalidArgument(call.where() + ": " + local_error);
+      return;
     }
-    remotes.push_back(call.guarded([&] {
-      return transport_.unpack_remote(call.global(child), dst.out_addr, dst.out_bytes, dst.key);
-    }));
-    const uint64_t tag = transport::write_signal(dst.signal_token, 0);
-    call.sends().push_back(
-        {call.guarded([&] { return transport_.write(*region, 0, *remotes.back(), 0, bytes, tag); }),
-         child, Pending::Kind::Write, 0, 1});
-  }
-  call.wait(call.sends(), 0, call.sends().size());
-}
-
-// The root writes piece j (m elements) into rank j's tensor at its final offset, and the tail
-// (numel mod p elements) to every rank; then every rank's piece is its slot of an in-place
-// all-gather over the first p x m elements.
-void Engine::broadcast_scatter(GroupState& g, uint8_t* data, const AllGatherArgs& a, int root) {
-  const int p = g.size();
-  const size_t es = element_size(a.out_dtype);
-  const int64_t m = a.out_numel / p;
-  const size_t piece = static_cast<size_t>(m) * es;
-  const size_t bytes = static_cast<size_t>(a.out_numel) * es;
-  const size_t tail = bytes - p * piece;
-  {
-    Call call(transport_, g, "broadcast", spin_);
-    std::shared_ptr<transport::MemoryRegion> region;
-    const ExposedRegion exposed(transport_, region, call);
-    transport::Bytes key;
     CallDescriptor mine = make_descriptor(g, call, a);
-    if (mine.ok) {
-      region = transport_.register_memory(data, bytes);
-      mine.out_addr = reinterpret_cast<uint64_t>(data);
-      mine.out_bytes = bytes;
-      key = region->packed_key();
-      mine.key = key;
-    }
+    if (mine.ok && g.rank == root) mine.inline_data = {bytes_at, bytes};
     const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-    if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
     check_descriptors(call, all);
-    check_same_path(call, all, false);
-    if (g.rank != root) {
-      const uint64_t piece_tag = transport::write_signal(call.token(), 0);
-      const uint64_t tail_tag = transport::write_signal(call.token(), 1);
-      call.recvs().push_back({call.guarded([&] {
-                                return transport_.expect(call.global(root), *region, g.rank * piece,
-                                                         piece, piece_tag);
-                              }),
-                              root, Pending::Kind::Arrival, g.rank, 1});
-      if (tail > 0) {
-        call.recvs().push_back({call.guarded([&] {
-                                  return transport_.expect(call.global(root), *region, p * piece,
-                                                           tail, tail_tag);
-                                }),
-                                root, Pending::Kind::Arrival, p, 1});
-      }
-      call.wait(call.recvs(), 0, call.recvs().size());
-    } else {
-      std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-      for (int i = 1; i < p; ++i) {
-        const int j = (root + i) % p;
-        const CallDescriptor& dst = all[j];
-        if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
-          throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
-                               " bytes into rank " + std::to_string(call.global(j)) +
-                               "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
-        }
-        remotes[j] = call.guarded([&] {
-          return transport_.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-        });
-        const uint64_t piece_tag = transport::write_signal(dst.signal_token, 0);
-        const uint64_t tail_tag = transport::write_signal(dst.signal_token, 1);
-        call.sends().push_back({call.guarded([&] {
-                                  return transport_.write(*region, j * piece, *remotes[j],
-                                                          j * piece, piece, piece_tag);
-                                }),
-                                j, Pending::Kind::Write, j, 1});
-        if (tail > 0) {
-          call.sends().push_back({call.guarded([&] {
-                                    return transport_.write(*region, p * piece, *remotes[j],
-                                                            p * piece, tail, tail_tag);
-                                  }),
-                                  j, Pending::Kind::Write, p, 1});
-        }
-      }
-      call.wait(call.sends(), 0, call.sends().size());
+    check_same_path(call, all, true);
+    if (g.rank == root || bytes == 0) return;
+    if (all[root].inline_data.size() != bytes) {
+      throw TransportError(call.where() + ": the source, rank " +
+                           std::to_string(call.global(root)) + ", sent " +
+                           std::to_string(all[root].inline_data.size()) +
+                           " inline bytes, expected " + std::to_string(bytes));
     }
-  }
-  AllGatherArgs gather = a;
-  gather.out_numel = static_cast<int64_t>(p) * m;
-  gather.in = data + g.rank * piece;
-  gather.in_numel = m;
-  all_gather(g, gather);
+    std::memcpy(bytes_at, all[root].inline_data.data(), bytes);
+  });
 }
 
 }  // namespace rdmacoll::engine

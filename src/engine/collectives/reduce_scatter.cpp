@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/agreement.hpp"
 #include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
 #include "schedule/reduce_scatter.hpp"
@@ -14,8 +17,7 @@ namespace {
 
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
-CallDescriptor make_round_descriptor(const GroupState& g, Call& call,
-                                     const Engine::ReduceScatterRound& a) {
+CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const ReduceScatterRound& a) {
   AllGatherArgs args;
   args.op = a.collective;
   args.reduce_op = a.op;
@@ -27,183 +29,182 @@ CallDescriptor make_round_descriptor(const GroupState& g, Call& call,
   return make_descriptor(g, call, args);
 }
 
-}  // namespace
-
-// Across hosts the reduce-scatter follows the host-major ring (p - 1 pieces off each host
-// instead of k (p - k) for the direct round); RDMACOLL_ALGO=ring forces it on one host too.
-void Engine::reduce_scatter_round(GroupState& g, const ReduceScatterRound& a) {
-  const auto& forced = forced_algorithm();
-  if (g.is_member() && g.size() > 2 &&
-      (forced ? *forced == schedule::Algorithm::Ring : g.hosts > 1)) {
-    return reduce_scatter_ring(g, a);
-  }
-  reduce_scatter_direct(g, a);
-}
-
 // The ring (schedule/reduce_scatter.hpp) with one-sided writes: each step's partial sum goes
 // into its own slot of the next rank's scratch (p - 1 slots, so no step overwrites an unread
 // one), from one of two send buffers that alternate (a step reuses one once the write from
 // two steps back has completed). Intermediate folds of an AVG are sums; the last divides.
-void Engine::reduce_scatter_ring(GroupState& g, const ReduceScatterRound& a) {
+void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) {
   const char* name = collective_name(a.collective);
   check_usable(g, name);
-  Call call(transport_, g, name, spin_);
-  const int p = g.size();
-  const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-  auto& scratch = g.scratch.reduce;
-  if (scratch.size() < (p + 1) * piece) scratch.resize((p + 1) * piece);
-  uint8_t* const slots = scratch.data();
-  uint8_t* const acc = slots + (p - 1) * piece;
-  const size_t in_span = (p - 1) * a.stride + piece;
-  std::shared_ptr<transport::MemoryRegion> region, input_region, acc_region;
-  transport::Bytes key;
-  CallDescriptor mine = make_round_descriptor(g, call, a);
-  if (mine.ok) {
-    region = transport_.register_memory(slots, (p - 1) * piece);
-    if (transport_.needs_registered_source()) {
-      input_region = transport_.register_memory(const_cast<uint8_t*>(a.in), in_span);
-      acc_region = transport_.register_memory(acc, 2 * piece);
+  transport::Transport& t = e.transport();
+  Call call(t, g, name, e.spin());
+  call.run([&] {
+    const int p = g.size();
+    const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
+    auto& scratch = g.scratch.reduce;
+    if (scratch.size() < (p + 1) * piece) scratch.resize((p + 1) * piece);
+    uint8_t* const slots = scratch.data();
+    uint8_t* const acc = slots + (p - 1) * piece;
+    const size_t in_span = (p - 1) * a.stride + piece;
+    std::shared_ptr<transport::MemoryRegion> region, input_region, acc_region;
+    transport::Bytes key;
+    CallDescriptor mine = make_round_descriptor(g, call, a);
+    if (mine.ok) {
+      region = t.register_memory(slots, (p - 1) * piece);
+      if (t.needs_registered_source()) {
+        input_region = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
+        acc_region = t.register_memory(acc, 2 * piece);
+      }
+      mine.out_addr = reinterpret_cast<uint64_t>(slots);
+      mine.out_bytes = (p - 1) * piece;
+      key = region->packed_key();
+      mine.key = key;
     }
-    mine.out_addr = reinterpret_cast<uint64_t>(slots);
-    mine.out_bytes = (p - 1) * piece;
-    key = region->packed_key();
-    mine.key = key;
-  }
-  const schedule::Schedule sched = schedule::ring_reduce_scatter(g.ring_order, g.rank);
-  const int next = sched.steps[0].sends[0].peer;
-  const int prev = sched.steps[0].recvs[0].peer;
-  // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
-  // successor's descriptor comes back (engine.cpp, call.hpp).
-  if (mine.ok) {
+    const schedule::Schedule sched = schedule::ring_reduce_scatter(g.ring_order, g.rank);
+    const int next = sched.steps[0].sends[0].peer;
+    const int prev = sched.steps[0].recvs[0].peer;
+    // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
+    // successor's descriptor comes back (engine.cpp, call.hpp).
+    if (mine.ok) {
+      for (int s = 0; s + 1 < p; ++s) {
+        const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(s));
+        call.recvs().push_back({call.guarded([&] {
+                                  return t.expect(call.global(prev), *region, s * piece, piece,
+                                                  tag);
+                                }),
+                                prev, Pending::Kind::Arrival, sched.steps[s].recvs[0].first, 1});
+      }
+    }
+    const std::vector<CallDescriptor>& all = exchange_descriptors(
+        t, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+    check_descriptors(call, all);
+    const CallDescriptor& dst = all[next];
+    if ((p - 1) * piece > dst.out_bytes) {  // never write outside what the peer advertised
+      throw TransportError(call.where() + ": refusing to write " + std::to_string((p - 1) * piece) +
+                           " bytes into rank " + std::to_string(call.global(next)) +
+                           "'s scratch of " + std::to_string(dst.out_bytes) + " bytes");
+    }
+    const std::unique_ptr<transport::RemoteRegion> remote = call.guarded(
+        [&] { return t.unpack_remote(call.global(next), dst.out_addr, dst.out_bytes, dst.key); });
+    const SourceView input_view(const_cast<uint8_t*>(a.in), in_span);
+    const SourceView acc_view(acc, 2 * piece);
+    const transport::MemoryRegion& input =
+        input_region ? *input_region : static_cast<const transport::MemoryRegion&>(input_view);
+    const transport::MemoryRegion& sums =
+        acc_region ? *acc_region : static_cast<const transport::MemoryRegion&>(acc_view);
+    const ReduceOp partial = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
+    // Folds the partial sum that arrived at step s with our own copy of its piece into `into`.
+    auto fold_arrival = [&](int s, uint8_t* into) {
+      call.wait(call.recvs(), s, s + 1);
+      const void* chunks[2] = {slots + s * piece, a.in + sched.steps[s].recvs[0].first * a.stride};
+      reduce_chunks(into, chunks, a.dtype, partial, 2, static_cast<size_t>(a.m));
+    };
     for (int s = 0; s + 1 < p; ++s) {
-      const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(s));
-      call.recvs().push_back({call.guarded([&] {
-                                return transport_.expect(call.global(prev), *region, s * piece,
-                                                         piece, tag);
-                              }),
-                              prev, Pending::Kind::Arrival, sched.steps[s].recvs[0].first, 1});
+      const int out_piece = sched.steps[s].sends[0].first;
+      const transport::MemoryRegion* src = &input;
+      size_t src_offset = out_piece * a.stride;
+      if (s > 0) {  // what we send on is what arrived last step, folded with our copy
+        if (s >= 2) call.wait(call.sends(), s - 2, s - 1);
+        fold_arrival(s - 1, acc + (s % 2) * piece);
+        src = &sums;
+        src_offset = (s % 2) * piece;
+      }
+      const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(s));
+      call.sends().push_back(
+          {call.guarded([&] { return t.write(*src, src_offset, *remote, s * piece, piece, tag); }),
+           next, Pending::Kind::Write, out_piece, 1});
     }
-  }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(
-      transport_, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
-  check_descriptors(call, all);
-  const CallDescriptor& dst = all[next];
-  if ((p - 1) * piece > dst.out_bytes) {  // never write outside what the peer advertised
-    throw TransportError(call.where() + ": refusing to write " + std::to_string((p - 1) * piece) +
-                         " bytes into rank " + std::to_string(call.global(next)) +
-                         "'s scratch of " + std::to_string(dst.out_bytes) + " bytes");
-  }
-  const std::unique_ptr<transport::RemoteRegion> remote = call.guarded([&] {
-    return transport_.unpack_remote(call.global(next), dst.out_addr, dst.out_bytes, dst.key);
+    fold_arrival(p - 2, a.out);  // our own piece, complete
+    if (a.op == ReduceOp::Avg) divide_elements(a.out, a.dtype, static_cast<size_t>(a.m), p);
+    call.wait(call.sends(), 0, call.sends().size());
   });
-  const SourceView input_view(const_cast<uint8_t*>(a.in), in_span);
-  const SourceView acc_view(acc, 2 * piece);
-  const transport::MemoryRegion& input =
-      input_region ? *input_region : static_cast<const transport::MemoryRegion&>(input_view);
-  const transport::MemoryRegion& sums =
-      acc_region ? *acc_region : static_cast<const transport::MemoryRegion&>(acc_view);
-  const ReduceOp partial = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
-  // Folds the partial sum that arrived at step s with our own copy of its piece into `into`.
-  auto fold_arrival = [&](int s, uint8_t* into) {
-    call.wait(call.recvs(), s, s + 1);
-    const void* chunks[2] = {slots + s * piece, a.in + sched.steps[s].recvs[0].first * a.stride};
-    reduce_chunks(into, chunks, a.dtype, partial, 2, static_cast<size_t>(a.m));
-  };
-  for (int s = 0; s + 1 < p; ++s) {
-    const int out_piece = sched.steps[s].sends[0].first;
-    const transport::MemoryRegion* src = &input;
-    size_t src_offset = out_piece * a.stride;
-    if (s > 0) {  // what we send on is what arrived last step, folded with our copy
-      if (s >= 2) call.wait(call.sends(), s - 2, s - 1);
-      fold_arrival(s - 1, acc + (s % 2) * piece);
-      src = &sums;
-      src_offset = (s % 2) * piece;
-    }
-    const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(s));
-    call.sends().push_back({call.guarded([&] {
-                              return transport_.write(*src, src_offset, *remote, s * piece, piece,
-                                                      tag);
-                            }),
-                            next, Pending::Kind::Write, out_piece, 1});
-  }
-  fold_arrival(p - 2, a.out);  // our own piece, complete
-  if (a.op == ReduceOp::Avg) divide_elements(a.out, a.dtype, static_cast<size_t>(a.m), p);
-  call.wait(call.sends(), 0, call.sends().size());
 }
 
 // Rank r writes piece j straight to rank j's scratch, at slot r; rank j then folds the p
 // copies of its piece in rank order into `out`. Descriptors go first, as for every call, so
 // sizes, dtypes, the operator and local errors are checked on every rank before anything is
 // written.
-void Engine::reduce_scatter_direct(GroupState& g, const ReduceScatterRound& a) {
+void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a) {
   const char* name = collective_name(a.collective);
   check_usable(g, name);
-  Call call(transport_, g, name, spin_);
-  const int p = g.size();
-  const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-  auto& scratch = g.scratch.reduce;
-  if (scratch.size() < p * piece) scratch.resize(p * piece);
-  uint8_t* const slots = scratch.data();
-  std::shared_ptr<transport::MemoryRegion> region;
-  std::shared_ptr<transport::MemoryRegion> source;  // transports that read registered memory only
-  const size_t in_span = (p - 1) * a.stride + piece;
-  transport::Bytes key;
-  CallDescriptor mine = make_round_descriptor(g, call, a);
-  if (mine.ok) {
-    region = transport_.register_memory(slots, p * piece);
-    if (transport_.needs_registered_source()) {
-      source = transport_.register_memory(const_cast<uint8_t*>(a.in), in_span);
+  transport::Transport& t = e.transport();
+  Call call(t, g, name, e.spin());
+  call.run([&] {
+    const int p = g.size();
+    const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
+    auto& scratch = g.scratch.reduce;
+    if (scratch.size() < p * piece) scratch.resize(p * piece);
+    uint8_t* const slots = scratch.data();
+    std::shared_ptr<transport::MemoryRegion> region;
+    std::shared_ptr<transport::MemoryRegion> source;  // transports that read registered memory only
+    const size_t in_span = (p - 1) * a.stride + piece;
+    transport::Bytes key;
+    CallDescriptor mine = make_round_descriptor(g, call, a);
+    if (mine.ok) {
+      region = t.register_memory(slots, p * piece);
+      if (t.needs_registered_source()) {
+        source = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
+      }
+      mine.out_addr = reinterpret_cast<uint64_t>(slots);
+      mine.out_bytes = p * piece;
+      key = region->packed_key();
+      mine.key = key;
     }
-    mine.out_addr = reinterpret_cast<uint64_t>(slots);
-    mine.out_bytes = p * piece;
-    key = region->packed_key();
-    mine.key = key;
-  }
-  const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
-  check_descriptors(call, all);
-  const SourceView input(const_cast<uint8_t*>(a.in), in_span);
-  const transport::MemoryRegion& src =
-      source ? *source : static_cast<const transport::MemoryRegion&>(input);
-  for (int j = 0; j < p; ++j) {
-    if (j == g.rank) continue;
-    const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(j));
-    call.recvs().push_back({call.guarded([&] {
-                              return transport_.expect(call.global(j), *region, j * piece, piece,
-                                                       tag);
-                            }),
-                            j, Pending::Kind::Arrival, j, 1});
-  }
-  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-  for (int i = 1; i < p; ++i) {
-    const int j = (g.rank + i) % p;
-    const CallDescriptor& dst = all[j];
-    const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
-    const size_t offset = static_cast<size_t>(g.rank) * piece;
-    if (offset + piece > dst.out_bytes) {  // never write outside what the peer advertised
-      throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
-                           ", " + std::to_string(offset + piece) + ") into rank " +
-                           std::to_string(call.global(j)) + "'s scratch of " +
-                           std::to_string(dst.out_bytes) + " bytes");
+    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+    check_descriptors(call, all);
+    const SourceView input(const_cast<uint8_t*>(a.in), in_span);
+    const transport::MemoryRegion& src =
+        source ? *source : static_cast<const transport::MemoryRegion&>(input);
+    for (int j = 0; j < p; ++j) {
+      if (j == g.rank) continue;
+      const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(j));
+      call.recvs().push_back(
+          {call.guarded([&] { return t.expect(call.global(j), *region, j * piece, piece, tag); }),
+           j, Pending::Kind::Arrival, j, 1});
     }
-    remotes[j] = call.guarded([&] {
-      return transport_.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-    });
-    call.sends().push_back({call.guarded([&] {
-                              return transport_.write(src, j * a.stride, *remotes[j], offset, piece,
-                                                      tag);
-                            }),
-                            j, Pending::Kind::Write, g.rank, 1});
+    std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+    for (int i = 1; i < p; ++i) {
+      const int j = (g.rank + i) % p;
+      const CallDescriptor& dst = all[j];
+      const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
+      const size_t offset = static_cast<size_t>(g.rank) * piece;
+      if (offset + piece > dst.out_bytes) {  // never write outside what the peer advertised
+        throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
+                             ", " + std::to_string(offset + piece) + ") into rank " +
+                             std::to_string(call.global(j)) + "'s scratch of " +
+                             std::to_string(dst.out_bytes) + " bytes");
+      }
+      remotes[j] = call.guarded(
+          [&] { return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key); });
+      call.sends().push_back({call.guarded([&] {
+                                return t.write(src, j * a.stride, *remotes[j], offset, piece, tag);
+                              }),
+                              j, Pending::Kind::Write, g.rank, 1});
+    }
+    call.wait(call.recvs(), 0, call.recvs().size());
+    call.wait(call.sends(), 0, call.sends().size());
+    // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
+    auto& chunks = g.scratch.reduce_chunks;
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r)
+      chunks[r] = r == g.rank ? a.in + r * a.stride : slots + r * piece;
+    reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+  });
+}
+
+}  // namespace
+
+// Across hosts the reduce-scatter follows the host-major ring (p - 1 pieces off each host
+// instead of k (p - k) for the direct round); RDMACOLL_ALGO=ring forces it on one host too.
+void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a) {
+  const auto& forced = forced_algorithm();
+  if (g.is_member() && g.size() > 2 &&
+      (forced ? *forced == schedule::Algorithm::Ring : g.hosts > 1)) {
+    return reduce_scatter_ring(e, g, a);
   }
-  call.wait(call.recvs(), 0, call.recvs().size());
-  call.wait(call.sends(), 0, call.sends().size());
-  // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
-  auto& chunks = g.scratch.reduce_chunks;
-  chunks.resize(p);
-  for (int r = 0; r < p; ++r)
-    chunks[r] = r == g.rank ? a.in + r * a.stride : slots + r * piece;
-  reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+  reduce_scatter_direct(e, g, a);
 }
 
 // reduce_scatter_tensor. Up to the eager limit every rank gathers every member's whole input in
@@ -223,8 +224,9 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
     const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
     for (int64_t done = 0; done < n;) {
       const int64_t m = std::min(per_piece, n - done);
-      reduce_scatter_round(g, {CollectiveOp::ReduceScatter, src + done * es, n * es,
-                               dst + done * es, dtype, m, op, total, local_error});
+      reduce_scatter_round(*this, g,
+                           {CollectiveOp::ReduceScatter, src + done * es, n * es, dst + done * es,
+                            dtype, m, op, total, local_error});
       done += m;
     }
     return;

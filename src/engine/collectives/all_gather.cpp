@@ -1,0 +1,166 @@
+// all_gather_into_tensor: one round with the chunks inline in the descriptors up to the eager
+// limit; beyond it, the selected schedule (selection.cpp) run by one-sided writes of chunk ranges
+// at their final offsets, each step forwarding what the earlier steps brought.
+
+#include <cstring>
+
+#include "engine/agreement.hpp"
+#include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
+
+namespace rdmacoll::engine {
+
+namespace {
+void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
+            std::shared_ptr<transport::MemoryRegion>& region);
+}  // namespace
+
+void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
+  const char* name = collective_name(a.op);
+  check_usable(g, name);
+  Call call(e.transport(), g, name, e.spin());
+  transport::Transport& t = e.transport();
+  std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
+  call.run([&] { gather(t, g, call, a, region); }, &region);
+}
+
+namespace {
+
+void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
+            std::shared_ptr<transport::MemoryRegion>& region) {
+  const int p = g.size();
+  const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
+  const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
+  uint8_t* out = static_cast<uint8_t*>(a.out);
+  uint8_t* const own_slot = out + static_cast<size_t>(g.rank) * chunk;
+  const bool inline_path = a.local_error.empty() && chunk > 0 && p > 1 &&
+                           chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
+  // Our own chunk goes out straight from the input where the transport allows (UCX): a peer
+  // that reads our output slot (a CMA read on one host) takes those cache lines from us, and
+  // the next call's local copy into the slot must take them back: at 256 KiB on 2 ranks that
+  // doubled the out-of-place time (40 vs 20 us). The input is only ever read. The local copy
+  // then waits until the first sends are posted, so peers start reading meanwhile.
+  const bool own_from_input = a.local_error.empty() && !inline_path && p > 1 &&
+                              a.in_dtype == a.out_dtype && a.in != own_slot &&
+                              !t.needs_registered_source();
+  bool own_copied = !a.local_error.empty() || (own_slot == a.in && a.in_dtype == a.out_dtype);
+  auto copy_own = [&] {
+    if (own_copied) return;
+    convert_elements(own_slot, a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+    own_copied = true;
+  };
+  if (!own_from_input) copy_own();
+  if (p == 1) {
+    if (!a.local_error.empty()) throw InvalidArgument(call.where() + ": " + a.local_error);
+    return;
+  }
+
+  transport::Bytes key;
+  CallDescriptor mine = make_descriptor(g, call, a);
+  // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
+  // round, no registration, no data phase. Every rank decides alike (same chunk size, same
+  // limit); a rank whose sizes differ is caught by check_descriptors either way.
+  if (inline_path) {
+    mine.inline_data = {out + static_cast<size_t>(g.rank) * chunk, chunk};
+  } else if (mine.ok) {
+    region = t.register_memory(out, out_bytes);
+    mine.out_addr = reinterpret_cast<uint64_t>(out);
+    mine.out_bytes = out_bytes;
+    key = region->packed_key();
+    mine.key = key;
+  }
+  // A ring writes only to its successor, so it needs only the successor's descriptor: one
+  // message per rank and call, to and from its ring neighbours (engine/call.hpp).
+  const bool ring =
+      !inline_path && chunk > 0 && mine.ok && algorithm_for(g, chunk) == schedule::Algorithm::Ring;
+  const schedule::Schedule* sched = nullptr;
+  std::vector<size_t> recv_end;  // where each step's arrivals end in call.recvs()
+  auto post_arrivals = [&] {
+    sched = &schedule_for(g, chunk);
+    for (const auto& step : sched->steps) {
+      for (const auto& r : step.recvs) {
+        const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r.first));
+        call.recvs().push_back({call.guarded([&] {
+                                  return t.expect(call.global(r.peer), *region, r.first * chunk,
+                                                  r.count * chunk, tag);
+                                }),
+                                r.peer, Pending::Kind::Arrival, r.first, r.count});
+      }
+      recv_end.push_back(call.recvs().size());
+    }
+  };
+  // A ring call posts its arrivals before its descriptor leaves: the predecessor writes once it
+  // has the descriptor, before anyone has seen every rank's, and if this rank then leaves with
+  // an error the writes must still land somewhere it owns and then be waited for
+  // (Call::spread_error). Over UCX's tag protocol a write lands only into a posted receive; one
+  // never posted would stay pending at the writer, its message unreceived for a later call.
+  if (ring) post_arrivals();
+  const std::vector<CallDescriptor>& all = exchange_descriptors(
+      t, g, call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+  check_descriptors(call, all);
+  if (chunk == 0) return;
+  if (inline_path) {
+    for (int r = 0; r < p; ++r) {
+      if (r == g.rank) continue;
+      if (all[r].inline_data.size() != chunk) {
+        throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
+                             std::to_string(all[r].inline_data.size()) +
+                             " inline bytes, expected " + std::to_string(chunk));
+      }
+      std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
+    }
+    return;
+  }
+
+  const SourceView input(const_cast<void*>(a.in), chunk);
+
+  if (!ring) post_arrivals();  // every expected arrival up front
+  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+  for (size_t s = 0; s < sched->steps.size(); ++s) {
+    // A step forwards chunks that arrived in earlier steps.
+    if (s > 0) {
+      copy_own();  // overlaps the first step's transfers
+      call.wait(call.recvs(), 0, recv_end[s - 1]);
+    }
+    for (const auto& w : sched->steps[s].sends) {
+      const CallDescriptor& dst = all[w.peer];
+      if (!remotes[w.peer]) {
+        remotes[w.peer] = call.guarded([&] {
+          return t.unpack_remote(call.global(w.peer), dst.out_addr, dst.out_bytes, dst.key);
+        });
+      }
+      const size_t offset = w.first * chunk;
+      const size_t length = w.count * chunk;
+      if (offset + length > dst.out_bytes) {  // never write outside what the peer advertised
+        throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
+                             ", " + std::to_string(offset + length) + ") into rank " +
+                             std::to_string(call.global(w.peer)) + "'s output of " +
+                             std::to_string(dst.out_bytes) + " bytes");
+      }
+      const uint64_t tag =
+          transport::write_signal(dst.signal_token, static_cast<uint32_t>(w.first));
+      const bool own = own_from_input && w.first == g.rank && w.count == 1;
+      if (!own && w.first <= g.rank && g.rank < w.first + w.count) copy_own();
+      call.sends().push_back(
+          {call.guarded([&] {
+             const transport::MemoryRegion& src =
+                 own ? static_cast<const transport::MemoryRegion&>(input) : *region;
+             return t.write(src, own ? 0 : offset, *remotes[w.peer], offset, length, tag);
+           }),
+           w.peer, Pending::Kind::Write, w.first, w.count});
+    }
+  }
+  copy_own();
+  call.wait(call.recvs(), 0, call.recvs().size());
+  call.wait(call.sends(), 0, call.sends().size());
+}
+
+}  // namespace
+
+void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
+  engine::all_gather(*this, g, a);
+}
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,47 @@
+#pragma once
+// The collectives, one file each in this folder, and what they share with each other. Internal
+// to src/engine.
+//
+//   all_gather.cpp      inline round, or the selected schedule by one-sided writes
+//   all_reduce.cpp      gather-and-fold, or reduce-scatter rounds then an in-place all-gather
+//   reduce_scatter.cpp  gather-and-fold, or rounds: direct on one host, the ring across hosts
+//   broadcast.cpp       inline, binomial tree, or scatter then all-gather
+//   barrier.cpp         a descriptor exchange
+// selection.cpp picks the all-gather's algorithm and makes its schedules.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/call_args.hpp"
+#include "engine/engine.hpp"
+#include "engine/group_state.hpp"
+#include "schedule/schedule.hpp"
+
+namespace rdmacoll::engine {
+
+// selection.cpp: the all-gather algorithm for this group and chunk size (RDMACOLL_ALGO, else the
+// selector, or the two-level schedule where the simulator says it sends less), and its
+// schedule, made once per group.
+schedule::Algorithm algorithm_for(GroupState& g, size_t bytes_per_rank);
+const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank);
+
+// all_gather.cpp
+void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a);
+
+// reduce_scatter.cpp: one round of a reduce-scatter, piece j being m elements at
+// in + j * stride bytes; all_reduce's first phase runs it too.
+struct ReduceScatterRound {
+  CollectiveOp collective;  // what the descriptors say: AllReduce or ReduceScatter
+  const uint8_t* in;
+  size_t stride;
+  uint8_t* out;  // m elements; may be our own piece of `in`
+  DType dtype;
+  int64_t m;
+  ReduceOp op;
+  uint64_t total_numel;  // the whole call's length, checked across ranks
+  const std::string& local_error;
+};
+void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& round);
+
+}  // namespace rdmacoll::engine

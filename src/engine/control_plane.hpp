@@ -1,0 +1,34 @@
+#pragma once
+// The control plane (control_plane.cpp): a call's descriptors, all-gathered on a service
+// schedule over control messages, or through the group's mailbox on one host.
+
+#include <vector>
+
+#include "engine/call.hpp"
+#include "engine/call_descriptor.hpp"
+#include "engine/group_state.hpp"
+#include "transport/transport.hpp"
+
+namespace rdmacoll::engine {
+
+// RDMACOLL_DESCRIPTORS: how a call's descriptors travel when no eager slots carry them. Auto:
+// a log-p all-gather across hosts (recursive doubling for powers of two, else Bruck's), the
+// direct round of p - 1 messages on one host. Bruck: Bruck's rounds for any p.
+enum class DescriptorExchange { Auto, Direct, Bruck };
+DescriptorExchange descriptor_exchange();  // read once; InvalidArgument on a bad value
+
+// Which descriptors a call needs: a ring all-gather writes only to its ring successor.
+enum class DescriptorsNeeded { All, Successor };
+
+// Sends our descriptor to every other member and collects theirs (index = group rank): through
+// the mailbox once the group has it, else as messages on the group's service schedule (which
+// also carry the mailbox's set-up). With DescriptorsNeeded::Successor, where the group's
+// descriptors take Bruck's rounds in ring order and its mailbox is off (across hosts), only the
+// first round runs: one message to the ring predecessor, one from the successor
+// (scratch.seen_only says so; check_descriptors then checks that pair). The result lives in
+// the group's scratch: valid until its next call.
+const std::vector<CallDescriptor>& exchange_descriptors(
+    transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
+    DescriptorsNeeded needed = DescriptorsNeeded::All);
+
+}  // namespace rdmacoll::engine
