@@ -104,22 +104,36 @@ TORCH_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": 
                "broadcast": ["broadcast"]}
 
 
-def systems(build, helpers, collective):
+def torch_version(python):
+    out = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('+')[0])"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=None):
     """The contenders for `collective`: rdmacoll's call against the MPI implementations' (over
-    shared memory and TCP), torch's gloo where it has the call, and the memcpy limit."""
+    shared memory and TCP), torch's gloo where it has the call, and the memcpy limit. The torch
+    rows run on `torch_python`'s torch (Debian's 1.13 by default; a venv's 2.x with
+    --torch-python). `only` ("torch"): rdmacoll's C++ binary, the torch rows and memcpy."""
     op, mode, gloo_mode, moved, _, gloo_label, moved_label = COLLECTIVES[collective]
+    tv = torch_version(torch_python) or "?"
+    torch2 = not tv.startswith("1.")
+    if torch2:
+        # torch 2.x's gloo has every one of these calls (all_gather_into_tensor included).
+        gloo_mode = TORCH_MODES[collective]
+        gloo_label = f"torch {tv} gloo"
     run = os.path.join(build, "rdmacoll-run")
     perf = os.path.join(build, "all_gather_perf")
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
                             "-w", "2", "-c", "1"] + op
-    out = [
-        System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)"),
-        System("rdmacoll-tcp", "tcp", rdm, {"UCX_TLS": "tcp"}, label="rdmacoll (UCX_TLS=tcp)"),
-    ]
-    if has_verbs():
+    out = [System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)")]
+    if only != "torch":
+        out.append(System("rdmacoll-tcp", "tcp", rdm, {"UCX_TLS": "tcp"},
+                          label="rdmacoll (UCX_TLS=tcp)"))
+    if has_verbs() and only != "torch":
         out.append(System("rdmacoll-verbs", "verbs", rdm, {"RDMACOLL_TRANSPORT": "verbs"},
                           label="rdmacoll (verbs)"))
-    if "openmpi" in helpers:
+    if "openmpi" in helpers and only != "torch":
         ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
         exe = helpers["openmpi"]
         # Default arguments bind now: `exe` is reassigned below (late binding would hand
@@ -133,7 +147,7 @@ def systems(build, helpers, collective):
                                                    "tcp,self", "-np", str(w), exe, str(s),
                                                    str(it), "2"] + mode,
                           label="Open MPI 4.1.4 (btl tcp,self)"))
-    if "mpich" in helpers:
+    if "mpich" in helpers and only != "torch":
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
                           lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s),
@@ -141,22 +155,25 @@ def systems(build, helpers, collective):
                           label="MPICH 4.0.2"))
     # rdmacoll's torch backend, timed like gloo (same script, same loop): the Python layer's
     # cost over all_gather_perf, and the ratio against gloo, in one run.
+    # With torch 1.13 the module is the build's; a venv's torch 2.x has it installed.
     pydir = os.path.join(build, "python")
-    if os.path.isfile(os.path.join(pydir, "rdmacoll_torch", "__init__.py")):
+    env = {"TORCH_BACKEND": "rdmacoll", "OMP_NUM_THREADS": "1"}
+    if not torch2:
+        env["PYTHONPATH"] = pydir
+    if torch2 or os.path.isfile(os.path.join(pydir, "rdmacoll_torch", "__init__.py")):
         out.append(System("torch-rdmacoll", "torch",
-                          lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
+                          lambda w, s, it: [run, "-n", str(w), torch_python,
                                             os.path.join(HERE, "gloo_allgather.py"), str(s),
                                             str(it), "1"] + TORCH_MODES[collective],
-                          {"TORCH_BACKEND": "rdmacoll", "PYTHONPATH": pydir},
-                          label="torch 1.13 + rdmacoll (UCX shm)"))
+                          env, label=f"torch {tv} + rdmacoll (UCX shm)"))
     if gloo_mode is not None:
         # Against torch + rdmacoll where that runs (the same Python loop), else rdmacoll over TCP.
         torch_ours = any(c.name == "torch-rdmacoll" for c in out)
         out.append(System("gloo", "torch-peer" if torch_ours else "tcp",
-                          lambda w, s, it: [run, "-n", str(w), "/usr/bin/python3",
+                          lambda w, s, it: [run, "-n", str(w), torch_python,
                                             os.path.join(HERE, "gloo_allgather.py"), str(s),
                                             str(it), "1"] + gloo_mode,
-                          label=gloo_label))
+                          {"OMP_NUM_THREADS": "1"}, label=gloo_label))
     memcpy = helpers["memcpy"]
     out.append(System("memcpy", "limit",
                       lambda w, s, it, memcpy=memcpy: [memcpy, str(moved(w, s)), str(it)],
@@ -217,6 +234,11 @@ def main():
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
+    ap.add_argument("--torch-python", default="/usr/bin/python3",
+                    help="the Python whose torch the torch rows run on (Debian's 1.13 by "
+                         "default; .venv/bin/python for pip's 2.x)")
+    ap.add_argument("--only", choices=("torch",), default=None,
+                    help="torch: rdmacoll's C++ binary, the torch rows and memcpy only")
     ap.add_argument("--collective", choices=tuple(COLLECTIVES), default="all_gather",
                     help="all_gather (default; files compare.*, busbw.png), or all_reduce, "
                          "reduce_scatter (float32 SUM), broadcast (files compare_<name>.*, "
@@ -231,7 +253,8 @@ def main():
     out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     helpers = build_helpers(out)
-    contenders = systems(os.path.abspath(args.build), helpers, args.collective)
+    contenders = systems(os.path.abspath(args.build), helpers, args.collective,
+                         args.torch_python, args.only)
     worlds = [int(w) for w in args.worlds.split(",")]
     sizes, s = [], parse_size(args.min)
     while s <= parse_size(args.max):

@@ -10,7 +10,8 @@ runs all_gather_into_tensor. Launched by rdmacoll-run
 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Rank 0 prints "RESULT <bytes> <mean us> <wrong>".
 Timing as nccl-tests does (and every row of perf/compare): after the warm-up, one barrier, then
 ITERS calls back to back; a rank's mean is the elapsed time over ITERS.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with /usr/bin/python3 (Debian's python3-torch), or a venv's python for torch 2.x (whose gloo
+has all_gather_into_tensor and reduce_scatter_tensor).
 """
 import os
 import sys
@@ -90,8 +91,11 @@ def main():
     out = torch.zeros(world * nbytes, dtype=torch.uint8)
     views = list(out.view(world, nbytes)) if nbytes else [torch.zeros(0, dtype=torch.uint8)] * world
 
+    # torch 1.13's gloo has no all_gather_into_tensor; 2.x's has.
+    views_only = backend == "gloo" and torch.__version__.startswith("1.")
+
     def gather():
-        if backend == "gloo":
+        if views_only:
             dist.all_gather(views, inp)
         else:
             dist.all_gather_into_tensor(out, inp)

@@ -38,4 +38,9 @@ void copy_back(const Staged& s);
 // The core view of a contiguous tensor, flattened; as bytes when `bytes`.
 rdmacoll::Tensor flat_view(const at::Tensor& dense, bool bytes);
 
+// "what: 3 tensors, expected 1", for list arguments of the wrong length.
+inline std::string tensor_count(const char* what, size_t got, const char* expected) {
+  return std::string(what) + ": " + std::to_string(got) + " tensors, expected " + expected;
+}
+
 }  // namespace rdmacoll_torch

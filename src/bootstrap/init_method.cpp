@@ -27,7 +27,7 @@ long parse_int(const std::string& text, const std::string& what, long lo, long h
 }
 
 // The first launcher whose pair of variables is present gives rank and world size.
-void rank_from_environment(Rendezvous& r) {
+void rank_from_environment(InitTarget& r) {
   static const std::pair<const char*, const char*> kLaunchers[] = {
       {"RANK", "WORLD_SIZE"},
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
@@ -47,8 +47,8 @@ void rank_from_environment(Rendezvous& r) {
 
 }  // namespace
 
-Rendezvous resolve_init_method(const std::string& init_method, int rank, int world_size) {
-  Rendezvous r;
+InitTarget resolve_init_method(const std::string& init_method, int rank, int world_size) {
+  InitTarget r;
   r.rank = rank;
   r.world_size = world_size;
   r.rank_source = "init options";

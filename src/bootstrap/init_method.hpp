@@ -7,7 +7,8 @@
 
 namespace rdmacoll::bootstrap {
 
-struct Rendezvous {
+// Where rank 0 hosts the store, this process's rank and the world size.
+struct InitTarget {
   std::string master_addr;
   uint16_t master_port = 0;
   int rank = -1;
@@ -17,6 +18,6 @@ struct Rendezvous {
 
 // rank/world_size of -1 mean "from the environment": RANK/WORLD_SIZE (torchrun, rdmacoll-run),
 // else OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE (MPICH), SLURM_PROCID/NTASKS.
-Rendezvous resolve_init_method(const std::string& init_method, int rank, int world_size);
+InitTarget resolve_init_method(const std::string& init_method, int rank, int world_size);
 
 }  // namespace rdmacoll::bootstrap

@@ -25,7 +25,7 @@ TEST_F(InitMethodTest, EnvTorchrunStyle) {
   setenv("MASTER_PORT", "29500", 1);
   setenv("RANK", "3", 1);
   setenv("WORLD_SIZE", "8", 1);
-  Rendezvous r = resolve_init_method("env://", -1, -1);
+  InitTarget r = resolve_init_method("env://", -1, -1);
   EXPECT_EQ(r.master_addr, "10.1.2.3");
   EXPECT_EQ(r.master_port, 29500);
   EXPECT_EQ(r.rank, 3);
@@ -37,7 +37,7 @@ TEST_F(InitMethodTest, OpenMpiAndSlurmVariables) {
   setenv("MASTER_PORT", "1234", 1);
   setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  Rendezvous r = resolve_init_method("env://", -1, -1);
+  InitTarget r = resolve_init_method("env://", -1, -1);
   EXPECT_EQ(r.rank, 1);
   EXPECT_EQ(r.world_size, 2);
   unsetenv("OMPI_COMM_WORLD_RANK");
@@ -50,7 +50,7 @@ TEST_F(InitMethodTest, OpenMpiAndSlurmVariables) {
 }
 
 TEST_F(InitMethodTest, TcpWithExplicitRank) {
-  Rendezvous r = resolve_init_method("tcp://127.0.0.1:4000", 1, 4);
+  InitTarget r = resolve_init_method("tcp://127.0.0.1:4000", 1, 4);
   EXPECT_EQ(r.master_addr, "127.0.0.1");
   EXPECT_EQ(r.master_port, 4000);
   EXPECT_EQ(r.rank, 1);

@@ -1,0 +1,267 @@
+#include "api/world.hpp"
+
+#include <sched.h>
+
+#include <numeric>
+#include <optional>
+#include <sstream>
+
+#include "bootstrap/address_envelope.hpp"
+#include "bootstrap/init_method.hpp"
+#include "common/log.hpp"
+#include "common/settings.hpp"
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::api {
+
+using transport::Bytes;
+
+namespace {
+
+constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+
+uint64_t next_generation() {
+  static uint64_t n = 0;
+  return ++n;
+}
+
+transport::TransportKind transport_from_env() {
+  const std::string s = settings::choice("RDMACOLL_TRANSPORT");
+  return s == "ucx"     ? transport::TransportKind::Ucx
+         : s == "verbs" ? transport::TransportKind::Verbs
+                        : transport::TransportKind::Auto;
+}
+
+// RDMACOLL_TRANSPORT=auto takes verbs only when every rank has an ACTIVE RDMA port, so that
+// all ranks agree; =verbs without a usable device is an error, never a silent fallback.
+transport::TransportKind agree_on_transport(World& w) {
+  const transport::TransportKind wanted = transport_from_env();
+  if (wanted != transport::TransportKind::Auto) return wanted;  // checked before the rendezvous
+  const std::optional<std::string> why_not = transport::verbs_unusable_reason();
+  const std::string mine = why_not ? "0" + *why_not : "1";
+  const auto all = w.rendezvous->all_gather("rdmacoll/verbs/", Bytes(mine.begin(), mine.end()));
+  std::string first_reason;
+  for (int r = 0; r < w.world_size; ++r) {
+    const std::string v(all[r].begin(), all[r].end());
+    if (v != "1" && first_reason.empty()) {
+      first_reason = "rank " + std::to_string(r) + ": " + v.substr(1);
+    }
+  }
+  if (first_reason.empty()) return transport::TransportKind::Verbs;
+  if (w.rank == 0) log::info("transport: ucx, since verbs is unusable on " + first_reason);
+  return transport::TransportKind::Ucx;
+}
+
+// How waits poll before blocking: RDMACOLL_SPIN_US overrides the time. Ranks that fit on this
+// host's cores poll 200 us; more ranks than cores poll 2 ms, yielding the core on each round.
+engine::SpinPolicy spin_policy(const World& w) {
+  int local = 0;
+  for (const auto& p : w.placements)
+    local += p.machine == w.placements[w.rank].machine;  // one kernel shares its CPUs
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  engine::SpinPolicy policy;
+  policy.yield = local > cpus;
+  policy.duration = std::chrono::microseconds(policy.yield ? 2000 : 200);
+  policy.duration = std::chrono::microseconds(
+      settings::count("RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count())));
+  return policy;
+}
+
+}  // namespace
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? ", " : "") << v[i];
+  os << ']';
+  return os.str();
+}
+
+std::string shape_string(const std::vector<int64_t>& sizes) {
+  std::ostringstream os;
+  os << '(';
+  for (size_t i = 0; i < sizes.size(); ++i)
+    os << (i ? ", " : "") << sizes[i];
+  if (sizes.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
+
+std::unique_ptr<World>& default_world() {
+  static std::unique_ptr<World> world;
+  return world;
+}
+
+World& require_world(const char* what) {
+  auto& w = default_world();
+  if (!w) {
+    throw InvalidArgument(std::string(what) +
+                          ": the default process group is not initialized; call "
+                          "init_process_group() first");
+  }
+  return *w;
+}
+
+GroupState& resolve(const Group& group, const char* what) {
+  if (group.is_default()) return *require_world(what).world;
+  GroupState& g = *state_of(group);
+  if (g.own_world) {  // a standalone group: its world is its own
+    if (g.destroyed) {
+      throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                            " was destroyed by destroy_group()");
+    }
+    return g;
+  }
+  World& w = require_world(what);
+  // Its transport (and the memory its mailbox lives in) went with that process group.
+  if (g.generation != w.generation) {
+    throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                          " belongs to a process group that was destroyed; call new_group() "
+                          "again after init_process_group()");
+  }
+  if (g.destroyed) {
+    throw InvalidArgument(std::string(what) + ": " + g.describe() +
+                          " was destroyed by destroy_group()");
+  }
+  return g;
+}
+
+// A standalone group runs on its own world's engine, every other group on the default world's.
+engine::Engine& engine_of(const GroupState& g, const char* what) {
+  if (g.own_world) return *static_cast<World*>(g.own_world.get())->engine;
+  return *require_world(what).engine;
+}
+
+void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members) {
+  std::vector<std::string> hosts;
+  for (const auto& m : members)
+    hosts.push_back(m.host);
+  const topology::Layout layout = topology::layout_of(hosts);
+  g.hosts = layout.hosts;
+  g.host_of = layout.host_of;
+  if (settings::choice("RDMACOLL_TOPOLOGY") == "flat") {
+    g.order.resize(members.size());
+    std::iota(g.order.begin(), g.order.end(), 0);
+    g.ring_order = g.order;
+    g.host_of.assign(members.size(), 0);  // flat: no schedule knows hosts
+  } else {
+    g.order = topology::interleaved_order(layout);
+    g.ring_order = topology::host_major_order(layout);
+  }
+}
+
+std::unique_ptr<World> make_world(const InitOptions& options) {
+  auto w = std::make_unique<World>();
+  bootstrap::RendezvousOptions ro;
+  if (options.store) {
+    if (options.rank < 0 || options.world_size < 1 || options.rank >= options.world_size) {
+      throw InvalidArgument(
+          "init_process_group: with a store, rank and world_size must be given "
+          "(0 <= rank < world_size), got rank " +
+          std::to_string(options.rank) + ", world_size " + std::to_string(options.world_size));
+    }
+    ro.rank = options.rank;
+    ro.world_size = options.world_size;
+    ro.store = options.store;
+  } else {
+    ro.target =
+        bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
+    ro.rank = ro.target.rank;
+    ro.world_size = ro.target.world_size;
+  }
+  w->rank = ro.rank;
+  w->world_size = ro.world_size;
+  ro.where = "init_process_group (rank " + std::to_string(w->rank) + " of " +
+             std::to_string(w->world_size) + ")";
+  if (transport_from_env() == transport::TransportKind::Verbs) {
+    // Fail fast, before any rendezvous, so no rank is left waiting for this one.
+    if (const auto why_not = transport::verbs_unusable_reason()) {
+      throw TransportError("RDMACOLL_TRANSPORT=verbs, but rank " + std::to_string(w->rank) +
+                           " cannot use verbs: " + *why_not);
+    }
+  }
+  w->timeout = options.timeout ? *options.timeout
+                               : settings::duration("RDMACOLL_TIMEOUT_S", kDefaultTimeout);
+  ro.timeout = w->timeout;
+  // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
+  settings::validate_all();
+  w->rendezvous = std::make_unique<bootstrap::Rendezvous>(ro);
+  bootstrap::Rendezvous& rv = *w->rendezvous;
+  // The settings every rank must share: the world size and the registry's job-wide ones.
+  rv.compare("WORLD_SIZE=" + std::to_string(w->world_size) + "\n" + settings::job_wide());
+
+  // Where every rank runs (hwloc): host, NUMA node, nearest NIC; drives the rank orders.
+  const topology::LocalPlacement here = topology::probe();
+  const std::string text = here.serialize();
+  for (const auto& b : rv.all_gather("rdmacoll/topo/", Bytes(text.begin(), text.end()))) {
+    w->placements.push_back(topology::LocalPlacement::parse(std::string(b.begin(), b.end())));
+  }
+  // Serialized: groups run on their own threads (async work, several caller threads).
+  w->transport =
+      transport::make_serialized(transport::create_transport(agree_on_transport(*w), here.nic));
+  const std::string kind = w->transport->name();
+  std::vector<Bytes> addresses = rv.all_gather(
+      "rdmacoll/addr/",
+      bootstrap::wrap_address(w->rank, kind, w->transport->address(w->rank, w->world_size)));
+  for (int r = 0; r < w->world_size; ++r) {
+    std::string why;
+    std::optional<Bytes> unwrapped = bootstrap::unwrap_address(addresses[r], r, kind, why);
+    if (!unwrapped) {
+      rv.abort(ro.where + ": " + why + " (at the " + rv.store()->describe() + ")");
+    }
+    addresses[r] = std::move(*unwrapped);
+  }
+  w->transport->set_connection_store(rv.store());
+  w->transport->connect(w->rank, addresses);
+  w->engine = std::make_unique<engine::Engine>(*w->transport, spin_policy(*w));
+
+  w->generation = next_generation();
+  w->world = std::make_shared<GroupState>();
+  GroupState& g = *w->world;
+  g.generation = w->generation;
+  g.transport = w->transport;
+  g.id = 0;
+  g.members.resize(w->world_size);
+  std::iota(g.members.begin(), g.members.end(), 0);
+  apply_topology(g, w->placements);
+  g.rank = w->rank;
+  g.global_rank = w->rank;
+  g.set_identity(0);
+  g.timeout = w->timeout;
+  if (w->rank == 0) {
+    log::info("rank 0: " + std::to_string(w->world_size) + " ranks on " + std::to_string(g.hosts) +
+              " host(s), transport=" + w->transport->describe() +
+              ", rendezvous: " + rv.store()->describe());
+  }
+  return w;
+}
+
+void end_world(World& w, bool abort) {
+  // Outstanding async work finishes (or, leaving, fails at once: the caller raised
+  // engine::process_leaving()) before the transport goes.
+  if (w.world) w.world->queue.drain();
+  for (const auto& weak : w.groups) {
+    if (auto g = weak.lock()) g->queue.drain();
+  }
+  if (abort) {
+    w.rendezvous->leave();
+  } else {
+    // After a failure some ranks may never come: a short grace then, not the timeout.
+    bool failed = w.world && w.world->broken.has_value();
+    for (const auto& weak : w.groups) {
+      if (auto g = weak.lock()) failed = failed || g->broken.has_value();
+    }
+    w.rendezvous->arrive(failed);
+    w.engine.reset();
+    w.transport.reset();
+    w.rendezvous->depart(failed);
+  }
+  // Connections close with the transport: peers still waiting on us raise PeerFailure.
+  w.engine.reset();
+  w.transport.reset();
+}
+
+}  // namespace rdmacoll::api

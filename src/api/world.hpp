@@ -1,0 +1,54 @@
+#pragma once
+// A world: the ranks that met in one rendezvous, their placements, the one transport every group
+// of the world shares, and the engine. init_process_group() makes the default world, and
+// new_standalone_group() a world of its own for one group. Internal to src/api.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/rendezvous.hpp"
+#include "engine/engine.hpp"
+#include "engine/group_state.hpp"
+#include "rdmacoll/process_group.hpp"
+#include "topology/topology.hpp"
+#include "transport/transport.hpp"
+
+namespace rdmacoll::api {
+
+struct World {
+  int rank = -1;
+  int world_size = 0;
+  std::chrono::milliseconds timeout{0};
+  std::unique_ptr<bootstrap::Rendezvous> rendezvous;
+  std::shared_ptr<transport::Transport> transport;  // groups hold it weakly, to free their slots
+  std::unique_ptr<engine::Engine> engine;
+  std::shared_ptr<GroupState> world;              // the default group (a standalone group's own)
+  std::vector<std::weak_ptr<GroupState>> groups;  // new_group()'s, drained at the end
+  uint64_t new_groups_made = 0;  // new_group() calls so far: the same on every rank
+  std::vector<topology::LocalPlacement> placements;  // every rank's, index = global rank
+  uint64_t generation = 0;                           // which world of this process it is
+};
+
+// Rendezvous, settings, topology, transport and engine of a world, and its default group.
+std::unique_ptr<World> make_world(const InitOptions& options);
+// Ends a world: outstanding work finishes, every rank is done with the transport before rank 0
+// takes the store away; after a failure within one short grace. `abort`: without waiting for
+// anyone (running and queued work fails at once).
+void end_world(World& world, bool abort);
+
+// The process's default world (init_process_group).
+std::unique_ptr<World>& default_world();
+World& require_world(const char* what);
+// The group a handle means (the default group for a default handle), checked usable by handles.
+GroupState& resolve(const Group& group, const char* what);
+engine::Engine& engine_of(const GroupState& group, const char* what);
+// Virtual orders for a group whose members (in group rank order) have these placements.
+void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members);
+
+std::string join(const std::vector<int>& v);                  // "[0, 1, 3]"
+std::string shape_string(const std::vector<int64_t>& sizes);  // "(4, 2)", "(4,)"
+
+}  // namespace rdmacoll::api

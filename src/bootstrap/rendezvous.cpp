@@ -1,0 +1,318 @@
+#include "bootstrap/rendezvous.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "bootstrap/prefixed_store.hpp"
+#include "common/log.hpp"
+#include "common/settings.hpp"
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::bootstrap {
+
+namespace {
+
+// A rank that finds the job misconfigured (world sizes, settings, a malformed address) posts
+// why under this key, so that ranks waiting in the rendezvous raise at once, not at the timeout.
+constexpr const char* kAbortKey = "rdmacoll/abort";
+// How long each wait on the store lasts before it looks at the abort key again.
+constexpr std::chrono::milliseconds kSlice(250);
+constexpr size_t kMaxJobIdBytes = 256;
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? ", " : "") << v[i];
+  os << ']';
+  return os.str();
+}
+
+std::vector<std::string> lines_of(const Bytes& b) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (uint8_t c : b) {
+    if (c == '\n') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// Rank 0 found the port taken. If another job of ours holds it there (no ids told the jobs
+// apart), this job's other ranks may be joining that job's rendezvous: tell it, so that every
+// rank of both jobs fails saying why instead of two jobs mixing. Best effort, within a second.
+void tell_the_port_holder(const InitTarget& target, const StoreCredentials& credentials) {
+  try {
+    StoreClient other(target.master_addr, target.master_port,
+                      Clock::now() + std::chrono::seconds(1), credentials);
+    other.set_op_timeout(std::chrono::seconds(1));
+    if (!other.check(kAbortKey)) {
+      other.set(kAbortKey, "another job's rank 0 (pid " + std::to_string(::getpid()) + " on " +
+                               host_name() + ") found MASTER_ADDR:MASTER_PORT " +
+                               target.master_addr + ":" + std::to_string(target.master_port) +
+                               " taken by this job's store: two jobs on one port, so neither "
+                               "can tell its ranks apart; give each job its own MASTER_PORT or "
+                               "RDMACOLL_JOB_ID");
+    }
+  } catch (const Error&) {
+    // Not an rdmacoll store of a job like ours (refused, or silent): nothing to tell.
+  }
+}
+
+}  // namespace
+
+StoreCredentials store_credentials() {
+  StoreCredentials c;
+  c.token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
+  for (const char* name :
+       {"RDMACOLL_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"}) {
+    const char* v = std::getenv(name);
+    c.job_id = v ? v : "";
+    if (c.job_id.size() > kMaxJobIdBytes) {
+      throw InvalidArgument(std::string(name) + " is " + std::to_string(c.job_id.size()) +
+                            " bytes long; a job id may have at most " +
+                            std::to_string(kMaxJobIdBytes));
+    }
+    if (!c.job_id.empty()) break;
+  }
+  return c;
+}
+
+Rendezvous::Rendezvous(const RendezvousOptions& o)
+    : rank_(o.rank), world_size_(o.world_size), timeout_(o.timeout), where_(o.where) {
+  const auto deadline = Clock::now() + timeout_;
+  if (o.store) {
+    // The k-th world over this store takes the k-th block of world_size tickets: the same k
+    // on every rank, since no rank starts world k+1 before every rank has joined k.
+    const int64_t ticket = o.store->add("rdmacoll/inits", 1);
+    store_ = std::make_shared<PrefixedStore>(
+        "rdmacoll/" + std::to_string((ticket - 1) / world_size_) + "/", o.store);
+  } else {
+    const StoreCredentials credentials = store_credentials();
+    if (rank_ == 0) {
+      // Bound where the job says rank 0 is reached (MASTER_ADDR), not on every interface.
+      const auto bind = settings::text("RDMACOLL_STORE_BIND");
+      const std::string address = bind ? *bind : o.target.master_addr;
+      try {
+        server_ = std::make_unique<StoreServer>(address, o.target.master_port, credentials);
+      } catch (const PortInUse&) {
+        tell_the_port_holder(o.target, credentials);
+        throw;
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string(e.what()) + " (the address is " +
+                              (bind ? "RDMACOLL_STORE_BIND's" : "MASTER_ADDR's") + ")");
+      }
+      if (credentials.token.empty()) {
+        log::info("rank 0: the rendezvous store on " + address + ":" +
+                  std::to_string(o.target.master_port) +
+                  " is open to anyone who can connect (no RDMACOLL_AUTH_TOKEN)");
+      }
+    }
+    auto client = std::make_shared<StoreClient>(o.target.master_addr, o.target.master_port,
+                                                deadline, credentials);
+    client->set_op_timeout(timeout_);
+    store_ = std::move(client);
+    own_store_ = true;
+  }
+  claim_rank();
+  // A stale store from an earlier job on the same port would mix up ranks: check world size.
+  const std::string size_key = "rdmacoll/world_size";
+  if (rank_ == 0) store_->set(size_key, std::to_string(world_size_));
+  const std::string their_size = store_->get_string(size_key, timeout_);
+  if (their_size != std::to_string(world_size_)) {
+    abort(where_ + ": rank " + std::to_string(rank_) + " has world size " +
+          std::to_string(world_size_) + " but rank 0 has " + settings::shown(their_size));
+  }
+}
+
+Rendezvous::~Rendezvous() = default;
+
+// Every rank number is claimed once: a second claimant (a second job on the same port, a
+// launcher that gave two processes one RANK) fails, naming both, and since no rank can tell
+// which processes belong together then, every rank still in the rendezvous fails too.
+void Rendezvous::claim_rank() {
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name();
+  const std::string key = "rdmacoll/claim/" + std::to_string(rank_);
+  if (store_->add(key, 1) == 1) {
+    store_->set(key + "/by", me);
+    return;
+  }
+  std::string first = "another process";
+  try {
+    first = store_->get_string(key + "/by", std::chrono::seconds(5));
+  } catch (const Error&) {
+  }
+  abort(where_ + ": rank " + std::to_string(rank_) + " is claimed twice: first by " + first +
+        ", now by " + me + " at the " + store_->describe() +
+        "; two jobs on one MASTER_ADDR:MASTER_PORT, or two processes with one RANK? "
+        "(RDMACOLL_JOB_ID tells jobs apart)");
+}
+
+std::chrono::milliseconds Rendezvous::grace() const {
+  return std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10));
+}
+
+std::chrono::milliseconds Rendezvous::grace_left() const {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(grace_end_ - Clock::now()));
+}
+
+// Counts this rank among those that know of the abort; the last one tells rank 0.
+void Rendezvous::acknowledge_abort() {
+  try {
+    if (store_->add("rdmacoll/abort_seen", 1) >= world_size_) {
+      store_->set("rdmacoll/abort_all_seen", std::string("1"));
+    }
+  } catch (const Error&) {
+  }
+}
+
+void Rendezvous::abort(const std::string& why) {
+  try {
+    if (!store_->check(kAbortKey)) {
+      store_->set(kAbortKey, "rank " + std::to_string(rank_) + ": " + why);
+    }
+    acknowledge_abort();
+    // Rank 0's store goes with it: keep it up until every rank has read why.
+    if (server_) store_->get("rdmacoll/abort_all_seen", grace());
+  } catch (const Error&) {
+  }
+  throw InvalidArgument(why);
+}
+
+std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes& mine) {
+  store_->set(prefix + std::to_string(rank_), mine);
+  const std::string store_addr = store_->describe();
+  std::vector<Bytes> all(world_size_);
+  const auto deadline = Clock::now() + timeout_;
+  for (int r = 0; r < world_size_; ++r) {
+    for (bool got = false; !got;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      // Any store call here may find rank 0's store gone (it gave up, or died).
+      try {
+        try {
+          all[r] = store_->get(prefix + std::to_string(r),
+                               std::clamp(left, std::chrono::milliseconds(1), kSlice));
+          got = true;
+        } catch (const Timeout&) {
+          if (store_->check(kAbortKey)) {
+            const std::string why = store_->get_string(kAbortKey, kSlice);
+            acknowledge_abort();
+            throw InvalidArgument(where_ + ": the job gave up: " + why);
+          }
+          if (Clock::now() < deadline) continue;
+          // Ranks before r have arrived; of the rest, ask the store which are still missing.
+          // If rank 0 has given up too and taken the store down, all of them are suspects.
+          std::vector<int> missing;
+          try {
+            for (int m = r; m < world_size_; ++m) {
+              if (!store_->check(prefix + std::to_string(m))) missing.push_back(m);
+            }
+          } catch (const Error&) {
+            missing.clear();
+            for (int m = r; m < world_size_; ++m)
+              missing.push_back(m);
+          }
+          std::string refused;
+          if (server_) {
+            for (const auto& line : server_->refusals())
+              refused += "; the store refused " + line;
+          }
+          throw Timeout(where_ + ": ranks " + join(missing) +
+                        " did not join the rendezvous at the " + store_addr + " within " +
+                        std::to_string(timeout_.count()) + " ms" + refused);
+        }
+      } catch (const PeerFailure& e) {
+        throw PeerFailure(where_ + ": " +
+                          (own_store_ ? "rank 0, the rendezvous host, at the " : "the ") +
+                          store_addr + " went away while rank " + std::to_string(r) +
+                          " had not joined yet: " + e.what());
+      }
+    }
+  }
+  return all;
+}
+
+void Rendezvous::compare(const std::string& lines) {
+  const auto all = all_gather("rdmacoll/settings/", Bytes(lines.begin(), lines.end()));
+  const std::vector<std::string> ref = lines_of(all[0]);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const std::string name = ref[i].substr(0, ref[i].find('='));
+    std::string values;
+    bool differ = false;
+    for (int r = 0; r < world_size_; ++r) {
+      const std::vector<std::string> theirs = lines_of(all[r]);
+      const std::string line = i < theirs.size() ? theirs[i] : name + "=?";
+      differ |= line != ref[i];
+      values += (r ? ", rank " : "rank ") + std::to_string(r) + " '" +
+                settings::shown(line.substr(line.find('=') + 1)) + "'";
+    }
+    if (differ) {
+      abort(where_ + ": ranks disagree on " + name + " (" + values +
+            "); every rank must use the same value");
+    }
+  }
+}
+
+void Rendezvous::arrive(bool failed) {
+  if (server_) server_->stop_accepting();
+  grace_end_ = Clock::now() + grace();
+  // A stopped rank 0 would hold every store call for the op timeout: after a failure, the grace.
+  if (auto* client = dynamic_cast<StoreClient*>(store_.get()); client && failed) {
+    client->set_op_timeout(grace());
+  }
+  try {
+    const int64_t n = store_->add("rdmacoll/destroy", 1);
+    if (n < world_size_) store_->get("rdmacoll/destroyed", failed ? grace_left() : timeout_);
+    if (n == world_size_) store_->set("rdmacoll/destroyed", std::string("1"));
+  } catch (const Error& e) {
+    if (!failed)
+      log::warn("destroy_process_group: ranks did not all arrive: " + std::string(e.what()));
+  }
+}
+
+void Rendezvous::depart(bool failed) {
+  // Rank 0 hosts the store (ours, or torch's TCPStore): it leaves last, once the others have
+  // read "destroyed" and closed.
+  try {
+    const int64_t n = store_->add("rdmacoll/closed", 1);
+    if (rank_ == 0) {
+      if (n < world_size_) store_->get("rdmacoll/all_closed", failed ? grace_left() : grace());
+    } else if (n == world_size_) {
+      store_->set("rdmacoll/all_closed", std::string("1"));
+    }
+  } catch (const Error&) {
+  }
+}
+
+void Rendezvous::leave() {
+  if (server_) server_->stop_accepting();
+  if (auto* client = dynamic_cast<StoreClient*>(store_.get())) {
+    client->set_op_timeout(std::chrono::seconds(1));
+  }
+  try {
+    if (store_->add("rdmacoll/destroy", 1) == world_size_) {
+      store_->set("rdmacoll/destroyed", std::string("1"));
+    }
+    if (store_->add("rdmacoll/closed", 1) == world_size_ && rank_ != 0) {
+      store_->set("rdmacoll/all_closed", std::string("1"));
+    }
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace rdmacoll::bootstrap

@@ -1,0 +1,88 @@
+#pragma once
+// How the ranks of a world meet, agree and part, through a key-value store: our TCP store
+// (rank 0 hosts it) or the caller's (torch's, prefixed per world). Every wait is bounded by the
+// world's timeout and raises at once when a rank gives up (it posts why); rank numbers are
+// claimed once; the settings every rank must share are compared; and at the end every rank is
+// done with the store before rank 0 takes it away. Store I/O only: nothing here knows
+// transports, topology or the engine (src/api/world.cpp puts those together).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/store.hpp"
+#include "rdmacoll/store.hpp"
+
+namespace rdmacoll::bootstrap {
+
+struct RendezvousOptions {
+  int rank = -1;
+  int world_size = -1;
+  std::chrono::milliseconds timeout{0};
+  // The caller's store (every rank passes the same one); null: our TCP store at `target`.
+  std::shared_ptr<Store> store;
+  InitTarget target;
+  // For messages: "init_process_group (rank 3 of 8)".
+  std::string where;
+};
+
+class Rendezvous {
+ public:
+  // Joins: rank 0 hosts our store (or every rank takes its prefix of the caller's), the rank is
+  // claimed, and the world size is compared with rank 0's.
+  explicit Rendezvous(const RendezvousOptions& options);
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+  ~Rendezvous();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+  // Publishes `mine` as `prefix`<rank> and returns every rank's, in rank order. Raises
+  // InvalidArgument at once when a rank posts an abort, PeerFailure when the store goes away,
+  // and Timeout naming the ranks that never came (and whom rank 0's store refused).
+  std::vector<Bytes> all_gather(const std::string& prefix, const Bytes& mine);
+  // Every rank still in the rendezvous raises InvalidArgument(why); rank 0 keeps its store up
+  // until they have read it (a short grace).
+  [[noreturn]] void abort(const std::string& why);
+  // "NAME=value" lines every rank must share: when any differs, every rank raises, naming the
+  // variable and each rank's value.
+  void compare(const std::string& lines);
+
+  // Parting, in two halves around the transport's end: arrive() waits until every rank is done
+  // with the transport; depart() lets rank 0 leave last, once the others have closed. After a
+  // failure (`failed`) both fit in one short grace together, not the timeout. No rank connects
+  // anew from arrive() on: rank 0's store stops accepting, so a rank that initializes again on
+  // the same port reaches the next store, not this one.
+  void arrive(bool failed);
+  void depart(bool failed);
+  // Parting without waiting for anyone (abort_process_group): this rank counts itself in, so
+  // ranks that part normally are not kept waiting for it. Best effort, within a second.
+  void leave();
+
+ private:
+  void claim_rank();
+  void acknowledge_abort();
+  std::chrono::milliseconds grace() const;
+  std::chrono::milliseconds grace_left() const;
+
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+  std::string where_;
+  std::unique_ptr<StoreServer> server_;  // rank 0 of our own store
+  std::shared_ptr<Store> store_;         // a StoreClient of it, or the caller's, prefixed
+  bool own_store_ = false;
+  Clock::time_point grace_end_{};
+};
+
+// The job's secret and id: RDMACOLL_AUTH_TOKEN; RDMACOLL_JOB_ID, else the launcher's own
+// (torchrun's run id, Slurm's job id, Open MPI's job id), else none.
+StoreCredentials store_credentials();
+
+}  // namespace rdmacoll::bootstrap
