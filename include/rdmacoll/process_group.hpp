@@ -115,8 +115,50 @@ Work broadcast(Tensor& tensor, int src, const Group& group = {}, bool async_op =
 // Waits until every member has entered the barrier.
 Work barrier(const Group& group = {}, bool async_op = false);
 
+// Gathers every member's `input` into `output` on global rank `dst` (a member), in group rank
+// order; `output` is flat (size*n, ...) or stacked (size, n, ...) with the input's dtype, and is
+// read on `dst` only (pass nullptr elsewhere). Sizes and dtypes must agree.
+Work gather(Tensor* output, const Tensor& input, int dst, const Group& group = {},
+            bool async_op = false);
+
+// Copies piece j of `input` on global rank `src` (flat (size*n, ...) or stacked (size, n, ...),
+// read on `src` only: nullptr elsewhere) into `output` (n elements) of group rank j.
+Work scatter(Tensor& output, const Tensor* input, int src, const Group& group = {},
+             bool async_op = false);
+
+// Reduces `tensor` across the group into `tensor` on global rank `dst`, folded in group rank
+// order as all_reduce folds; the other members' tensors are only read.
+Work reduce(Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum, const Group& group = {},
+            bool async_op = false);
+
+// Splits `input` along dim 0 into input_split_sizes[j] rows for group rank j, and fills
+// `output` with the rows every member sends here, in group rank order (output_split_sizes[i]
+// rows from rank i), as torch's all_to_all_single. Empty split sizes mean equal splits (dim 0
+// divisible by the group size). Rows have the same element count on both sides; input and
+// output share a dtype and do not overlap. What rank i sends rank j must be what rank j
+// expects from rank i: a mismatch raises on every rank.
+Work all_to_all_single(Tensor& output, const Tensor& input,
+                       const std::vector<int64_t>& output_split_sizes = {},
+                       const std::vector<int64_t>& input_split_sizes = {}, const Group& group = {},
+                       bool async_op = false);
+
+// inputs[j] goes to group rank j, which receives it in its outputs[i] from rank i; every
+// tensor shares a dtype, and inputs[j] here has outputs[i]'s element count there.
+Work all_to_all(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                const Group& group = {}, bool async_op = false);
+
 // The collectives, for calls that name one (reject).
-enum class Collective : uint8_t { AllGather, AllReduce, ReduceScatter, Broadcast, Barrier };
+enum class Collective : uint8_t {
+  AllGather,
+  AllReduce,
+  ReduceScatter,
+  Broadcast,
+  Barrier,
+  Gather,
+  Scatter,
+  Reduce,
+  AllToAll
+};
 
 // For a layer above rdmacoll (the torch backend) whose own checks refuse this rank's arguments
 // to a collective: takes this rank's part in the group's next `collective` without data, so

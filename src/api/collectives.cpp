@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/entry.hpp"
 #include "api/world.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
@@ -13,7 +14,9 @@
 
 namespace rdmacoll {
 
+using api::check_all_gather_args;
 using api::engine_of;
+using api::issue;
 using api::resolve;
 using api::shape_string;
 
@@ -35,7 +38,7 @@ void Work::on_completion(std::function<void(std::exception_ptr)> callback) const
   state_->on_completion(std::move(callback));
 }
 
-namespace {
+namespace api {
 
 void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int rank,
                            std::string& error) {
@@ -80,17 +83,21 @@ void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int
   }
 }
 
-// Runs `body` on this thread (behind the group's outstanding work), or queues what
-// `make_async` returns (a body owning copies of the tensor handles) for the group's worker.
-// The copies are made only for async work: a blocking call allocates nothing here.
-template <typename Body, typename MakeAsync>
-Work issue(GroupState& g, bool async_op, const char* what, Body&& body, MakeAsync&& make_async) {
-  if (!async_op) {
-    g.queue.run(std::forward<Body>(body), what);
-    return Work();
+int group_root(const GroupState& g, int global, const char* role, std::string& error) {
+  const auto it = std::find(g.members.begin(), g.members.end(), global);
+  if (it == g.members.end()) {
+    if (error.empty()) {
+      error = std::string(role) + " " + std::to_string(global) + " is not a member of " +
+              g.describe() + "; " + role + " is a global rank, as in torch";
+    }
+    return 0;
   }
-  return Work(g.queue.submit(make_async(), what));
+  return static_cast<int>(it - g.members.begin());
 }
+
+}  // namespace api
+
+namespace {
 
 void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output,
                                 const Tensor& input) {
@@ -189,13 +196,7 @@ void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
   std::string error;
   int root = 0;
   if (g.is_member()) {
-    const auto it = std::find(g.members.begin(), g.members.end(), src);
-    if (it == g.members.end()) {
-      error = "src " + std::to_string(src) + " is not a member of " + g.describe() +
-              "; src is a global rank, as in torch";
-    } else {
-      root = static_cast<int>(it - g.members.begin());
-    }
+    root = api::group_root(g, src, "src", error);
     if (tensor.data() == nullptr && tensor.numel() > 0) error = "tensor has no storage";
   }
   e.broadcast(g, tensor.data(), tensor.dtype(), tensor.numel(), root, error);
@@ -285,6 +286,14 @@ Work reject(Collective collective, const std::string& why, const Group& group, b
         return e.broadcast(g, nullptr, DType::Float32, 0, 0, why);
       case Collective::Barrier:
         return e.barrier(g, why);
+      case Collective::Gather:
+        return e.gather(g, nullptr, nullptr, DType::Float32, 0, 0, why);
+      case Collective::Scatter:
+        return e.scatter(g, nullptr, nullptr, DType::Float32, 0, 0, why);
+      case Collective::Reduce:
+        return e.reduce(g, nullptr, DType::Float32, 0, ReduceOp::Sum, 0, why);
+      case Collective::AllToAll:
+        return e.all_to_all(g, nullptr, nullptr, DType::Float32, {}, {}, why);
     }
     throw InvalidArgument("reject: unknown collective " +
                           std::to_string(static_cast<int>(collective)));

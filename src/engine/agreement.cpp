@@ -41,8 +41,10 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
                                             int b, const CallDescriptor& db) {
   const std::string ra = std::to_string(call.global(a));
   const std::string rb = std::to_string(call.global(b));
-  if (db.in_numel != da.in_numel || db.in_dtype != da.in_dtype || db.out_dtype != da.out_dtype ||
-      db.out_numel != da.out_numel) {
+  // all_to_all's lengths differ by rank; its splits are checked pair by pair (all_to_all.cpp).
+  const bool same_lengths = da.op != CollectiveOp::AllToAll;
+  if (db.in_dtype != da.in_dtype || db.out_dtype != da.out_dtype ||
+      (same_lengths && (db.in_numel != da.in_numel || db.out_numel != da.out_numel))) {
     return "ranks disagree: rank " + ra + " has " + describe_args(da) + ", rank " + rb + " has " +
            describe_args(db) + "; every rank must pass the same sizes and dtypes";
   }
@@ -52,8 +54,9 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
            "; every rank must pass the same sizes and dtypes";
   }
   if (db.root != da.root) {
-    return "ranks disagree on the broadcast source: rank " + ra + " names group rank " +
-           std::to_string(da.root) + ", rank " + rb + " group rank " + std::to_string(db.root);
+    return std::string("ranks disagree on the ") + collective_name(da.op) + "'s root: rank " + ra +
+           " names group rank " + std::to_string(da.root) + ", rank " + rb + " group rank " +
+           std::to_string(db.root);
   }
   if (db.reduce_op != da.reduce_op) {
     return "ranks disagree on the reduce op: rank " + ra + " " +
@@ -62,8 +65,11 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
   }
   // Same sizes but not the same path: the eager limit differs between ranks (it can only be
   // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
-  // (A broadcast's inline round carries the root's data only; its paths are checked there.)
-  if (da.op != CollectiveOp::Broadcast && db.inline_data.empty() != da.inline_data.empty()) {
+  // (Rooted collectives and all_to_all inline on some ranks only; their files check the paths.)
+  const bool every_rank_inlines = da.op == CollectiveOp::AllGather ||
+                                  da.op == CollectiveOp::AllReduce ||
+                                  da.op == CollectiveOp::ReduceScatter;
+  if (every_rank_inlines && db.inline_data.empty() != da.inline_data.empty()) {
     const bool a_inline = !da.inline_data.empty();
     return "ranks disagree on the eager path: rank " + (a_inline ? ra : rb) +
            " sent its chunk inline, rank " + (a_inline ? rb : ra) +

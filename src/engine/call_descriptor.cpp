@@ -41,7 +41,7 @@ struct Fixed {
   uint64_t group_creation;
   uint64_t group_digest;
   int32_t global_rank;
-  uint32_t reserved2;
+  uint32_t splits_len;
   uint64_t signal_token;
 };
 
@@ -62,6 +62,14 @@ const char* collective_name(CollectiveOp op) {
       return "reduce_scatter_tensor";
     case CollectiveOp::Broadcast:
       return "broadcast";
+    case CollectiveOp::Gather:
+      return "gather";
+    case CollectiveOp::Scatter:
+      return "scatter";
+    case CollectiveOp::Reduce:
+      return "reduce";
+    case CollectiveOp::AllToAll:
+      return "all_to_all";
   }
   return "a collective";
 }
@@ -77,7 +85,7 @@ size_t eager_limit(int p, int hosts, size_t max_message) {
 
 size_t CallDescriptor::serialized_size() const {
   return sizeof(Fixed) + key.size() + std::min(error.size(), kMaxErrorBytes) + slot_key.size() +
-         inline_data.size();
+         splits.size() + inline_data.size();
 }
 
 size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
@@ -114,14 +122,14 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 group_creation,
                 group_digest,
                 global_rank,
-                0,
+                static_cast<uint32_t>(splits.size()),
                 signal_token};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
   for (std::span<const uint8_t> part :
        {key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(error.data()), err_len),
-        slot_key, inline_data}) {
+        slot_key, splits, inline_data}) {
     if (!part.empty()) std::memcpy(p, part.data(), part.size());
     p += part.size();
   }
@@ -159,9 +167,9 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
     throw TransportError("malformed call descriptor: " + std::to_string(length) + " bytes");
   }
   std::memcpy(&f, data, sizeof f);
-  if (f.magic != kMagic ||
-      sizeof f + static_cast<size_t>(f.key_len) + f.error_len + f.slot_key_len + f.inline_len !=
-          length) {
+  if (f.magic != kMagic || sizeof f + static_cast<size_t>(f.key_len) + f.error_len +
+                                   f.slot_key_len + f.splits_len + f.inline_len !=
+                               length) {
     throw TransportError("malformed call descriptor (bad magic or lengths)");
   }
   CallDescriptor d;
@@ -183,6 +191,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   p += f.error_len;
   d.slot_key = {p, f.slot_key_len};
   p += f.slot_key_len;
+  d.splits = {p, f.splits_len};
+  p += f.splits_len;
   d.slot_addr = f.slot_addr;
   d.slots_mapped = f.slots_mapped != 0;
   d.slot_capacity = f.slot_capacity;

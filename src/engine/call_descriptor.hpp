@@ -23,7 +23,11 @@ enum class CollectiveOp : uint8_t {
   Barrier = 2,
   AllReduce = 3,
   ReduceScatter = 4,
-  Broadcast = 5
+  Broadcast = 5,
+  Gather = 6,
+  Scatter = 7,
+  Reduce = 8,
+  AllToAll = 9
 };
 const char* collective_name(CollectiveOp op);  // "all_gather_into_tensor", "barrier", ...
 
@@ -59,6 +63,9 @@ struct CallDescriptor {
   std::span<const uint8_t> key;
   std::string_view error;  // at most kMaxErrorBytes travel
   std::span<const uint8_t> inline_data;
+  // all_to_all: the sender's p input splits then its p output splits, in elements (2 p
+  // little-endian uint64), so that every rank checks every pair's sizes (all_to_all.cpp).
+  std::span<const uint8_t> splits;
   // Setting up the group's eager slots (engine/eager_slots.hpp): the sender's slot memory
   // (first call), then whether the sender mapped every peer's (second call).
   uint64_t slot_addr = 0;
@@ -113,7 +120,9 @@ inline size_t descriptor_capacity(size_t limit) {
 // unique per receiver and call. Error: a call's error spread to the ring neighbours
 // (engine/call.hpp, Call::spread_error). Kind 1 is the data writes' (transport::write_signal,
 // chosen by the receiver).
-enum class TagKind : uint64_t { Descriptor = 0, Error = 2 };
+// Piece: a piece of a call's data sent as a control message, where the receiver exposed no
+// memory for it (all_to_all.cpp).
+enum class TagKind : uint64_t { Descriptor = 0, Error = 2, Piece = 3 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t group, uint64_t seq, uint32_t index) {
   return (static_cast<uint64_t>(kind) << 62) | ((static_cast<uint64_t>(group) & 0x3fff) << 48) |

@@ -33,6 +33,23 @@ class Engine {
                  const std::string& local_error);
   // `local_error` as for all_gather (a layer above refused this rank's call).
   void barrier(GroupState& group, const std::string& local_error = {});
+  // Every member's n elements at `in` into the root's `out` (p x n, group rank order; only the
+  // root's is read, and its own chunk may already be in place). `root` is a group rank.
+  void gather(GroupState& group, void* out, const void* in, DType dtype, int64_t n, int root,
+              const std::string& local_error);
+  // The root's `in` (p x n; only the root's is read) piece j into member j's `out` (n).
+  void scatter(GroupState& group, void* out, const void* in, DType dtype, int64_t n, int root,
+               const std::string& local_error);
+  // The reduction of every member's data[0, numel) into the root's `data`; the others' data
+  // stays as it was.
+  void reduce(GroupState& group, void* data, DType dtype, int64_t numel, ReduceOp op, int root,
+              const std::string& local_error);
+  // Piece j of `in` (in_splits[j] elements, pieces in order) into member j's `out` at the
+  // place its out_splits give our piece; in and out do not overlap. Splits have p entries
+  // (or none, with local_error set).
+  void all_to_all(GroupState& group, void* out, const void* in, DType dtype,
+                  const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
+                  const std::string& local_error);
 
   // For the collectives' files (collectives/*.cpp): the transport every call runs over, and
   // how its waits poll.

@@ -182,7 +182,7 @@ TEST(BroadcastErrors, BadInputRaisesOnEveryRank) {
                                          "src 2 is not a member of group 1");
     }
     expect_throw_with<InvalidArgument>([&] { broadcast(t, rank == 1 ? 1 : 0); },
-                                       "disagree on the broadcast source");
+                                       "disagree on the broadcast's root");
     Tensor t6 = zeros({rank == 2 ? 6 : 5});
     expect_throw_with<InvalidArgument>([&] { broadcast(t6, 0); }, "disagree");
     Tensor big = zeros({rank == 0 ? 100000 : 100001});

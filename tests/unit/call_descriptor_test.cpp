@@ -27,6 +27,8 @@ TEST(CallDescriptor, RoundTrip) {
   d.key = key;
   d.error = "bad shape";
   d.inline_data = chunk;
+  const std::vector<uint8_t> splits = {1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0};
+  d.splits = splits;
   d.slot_addr = 0xabc0;
   d.slot_key = key;
   d.slot_capacity = 4224;
@@ -41,6 +43,7 @@ TEST(CallDescriptor, RoundTrip) {
   EXPECT_EQ(std::vector<uint8_t>(e.key.begin(), e.key.end()), key);
   EXPECT_EQ(e.error, "bad shape");
   EXPECT_EQ(std::vector<uint8_t>(e.inline_data.begin(), e.inline_data.end()), chunk);
+  EXPECT_EQ(std::vector<uint8_t>(e.splits.begin(), e.splits.end()), splits);
   EXPECT_EQ(e.slot_addr, 0xabc0u);
   EXPECT_EQ(std::vector<uint8_t>(e.slot_key.begin(), e.slot_key.end()), key);
   EXPECT_EQ(e.slot_capacity, 4224u);
@@ -93,6 +96,8 @@ TEST(CallDescriptor, RejectsMalformed) {
 
 TEST(CallDescriptor, TagsAreDistinctPerKindGroupSeqIndex) {
   EXPECT_NE(make_tag(TagKind::Error, 0, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Piece, 0, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
+  EXPECT_NE(make_tag(TagKind::Piece, 0, 1, 0), make_tag(TagKind::Error, 0, 1, 0));
   EXPECT_NE(make_tag(TagKind::Descriptor, 1, 1, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
   EXPECT_NE(make_tag(TagKind::Descriptor, 0, 2, 0), make_tag(TagKind::Descriptor, 0, 1, 0));
   EXPECT_NE(make_tag(TagKind::Descriptor, 0, 1, 1), make_tag(TagKind::Descriptor, 0, 1, 0));
@@ -106,6 +111,7 @@ TEST(CallDescriptor, WriteSignalsNeverLookLikeControlTags) {
     EXPECT_EQ(s >> 62, 1u);
     EXPECT_NE(s >> 62, make_tag(TagKind::Descriptor, 3, 4, 5) >> 62);
     EXPECT_NE(s >> 62, make_tag(TagKind::Error, 3, 4, 5) >> 62);
+    EXPECT_NE(s >> 62, make_tag(TagKind::Piece, 3, 4, 5) >> 62);
     EXPECT_EQ(transport::signal_token(s), token);
     EXPECT_EQ(transport::signal_index(s), 5u);
   }

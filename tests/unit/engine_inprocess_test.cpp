@@ -205,6 +205,64 @@ TEST(EngineInProcess, AllReduceReduceScatterBroadcastAndBarrier) {
   }
 }
 
+// gather, scatter and reduce to every kind of root, and all_to_all with uneven splits, on one
+// host and across hosts (where the eager limit is 2 KiB, so the data paths run early).
+TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
+  for (int p : {1, 2, 3, 5, 8, 13}) {
+    for (int per_host : {0, 1, 2}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        const int root = c.p / 2;
+        for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{1000}, int64_t{70000}}) {
+          const std::string at = " n=" + std::to_string(n) + " p=" + std::to_string(c.p);
+          Tensor in = zeros({n}, DType::Float64);
+          for (int64_t i = 0; i < n; ++i)
+            in.set(i, value_of(c.rank, i, 0));
+          Tensor all = zeros({c.p * n}, DType::Float64);
+          c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
+                          n, root, "");
+          for (int r = 0; c.rank == root && r < c.p; ++r)
+            for (int64_t i = 0; i < n; ++i)
+              check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);
+          Tensor whole = zeros({c.p * n}, DType::Float64);
+          for (int64_t i = 0; i < c.p * n; ++i)
+            whole.set(i, value_of(root, i, 1));
+          Tensor piece = zeros({n}, DType::Float64);
+          c.engine.scatter(c.group, piece.data(), c.rank == root ? whole.data() : nullptr,
+                           DType::Float64, n, root, "");
+          for (int64_t i = 0; i < n; ++i)
+            check(piece.item(i) == value_of(root, c.rank * n + i, 1), "scatter" + at);
+          c.engine.reduce(c.group, in.data(), DType::Float64, n, ReduceOp::Sum, root, "");
+          for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int r = 0; r < c.p; ++r)
+              want += value_of(r, i, 0);
+            check(in.item(i) == (c.rank == root ? want : value_of(c.rank, i, 0)), "reduce" + at);
+          }
+          // Rank i sends rank j (i + 2j) % 3 x n / 4 elements (zeros among them).
+          auto count = [&](int i, int j) { return int64_t{(i + 2 * j) % 3} * (n / 4); };
+          std::vector<int64_t> in_splits(c.p), out_splits(c.p);
+          int64_t in_total = 0, out_total = 0;
+          for (int j = 0; j < c.p; ++j) {
+            in_splits[j] = count(c.rank, j);
+            out_splits[j] = count(j, c.rank);
+            in_total += in_splits[j];
+            out_total += out_splits[j];
+          }
+          Tensor src = zeros({in_total}, DType::Float64), dst = zeros({out_total}, DType::Float64);
+          for (int j = 0, k = 0; j < c.p; ++j)
+            for (int64_t e = 0; e < in_splits[j]; ++e, ++k)
+              src.set(k, c.rank * 1000000 + j * 1000 + e % 1000);
+          c.engine.all_to_all(c.group, dst.data(), src.data(), DType::Float64, out_splits,
+                              in_splits, "");
+          for (int i = 0, k = 0; i < c.p; ++i)
+            for (int64_t e = 0; e < out_splits[i]; ++e, ++k)
+              check(dst.item(k) == i * 1000000 + c.rank * 1000 + e % 1000, "all_to_all" + at);
+        }
+      });
+    }
+  }
+}
+
 // One rank refuses its arguments (what the torch backend's reject() does): every rank raises
 // InvalidArgument naming it, nothing is written, and the group's next calls are right.
 TEST(EngineInProcess, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroupGoesOn) {

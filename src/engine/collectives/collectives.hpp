@@ -7,6 +7,10 @@
 //   reduce_scatter.cpp  gather-and-fold, or rounds: direct on one host, the ring across hosts
 //   broadcast.cpp       inline, binomial tree, or scatter then all-gather
 //   barrier.cpp         a descriptor exchange
+//   gather.cpp          inline to the root, or one-sided writes into the root's output
+//   scatter.cpp         inline from the root, or its writes into every member's output
+//   reduce.cpp          gather-and-fold at the root, or reduce-scatter rounds then a gather
+//   all_to_all.cpp      per pair: inline, a write into the receiver's output, or a message
 // selection.cpp picks the all-gather's algorithm and makes its schedules.
 
 #include <cstddef>
@@ -43,5 +47,20 @@ struct ReduceScatterRound {
   const std::string& local_error;
 };
 void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& round);
+
+// gather.cpp: one gather of n elements per member into the root's out (p x n); reduce's
+// rounds run it too, with their own collective, length and operator in the descriptors.
+struct GatherRound {
+  CollectiveOp collective;  // Gather or Reduce
+  uint8_t* out;             // the root's; its own chunk is copied unless `in` is already there
+  const uint8_t* in;
+  DType dtype;
+  int64_t n;
+  int root;
+  ReduceOp op;
+  uint64_t total_numel;
+  const std::string& local_error;
+};
+void gather_round(Engine& e, GroupState& g, const GatherRound& round);
 
 }  // namespace rdmacoll::engine

@@ -1,0 +1,146 @@
+// gather: up to the eager limit every member's chunk rides inline in its descriptor (one round,
+// no registration); beyond it the root exposes its output and every member writes its chunk
+// there at its final offset, one one-sided write each. reduce's rounds gather through here too.
+
+#include <cstring>
+
+#include "engine/agreement.hpp"
+#include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
+#include "engine/engine.hpp"
+
+namespace rdmacoll::engine {
+
+namespace {
+
+// Every rank sees the same descriptors, so a rank whose eager limit (RDMACOLL_EAGER_LIMIT) put
+// it on the other path is named on every rank, before anything is written.
+void check_paths(const Call& call, const std::vector<CallDescriptor>& all, int root,
+                 bool inline_path) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    const bool sent_inline = !all[r].inline_data.empty();
+    const bool exposed = all[r].out_bytes > 0;
+    const bool ok =
+        static_cast<int>(r) == root ? exposed != inline_path : sent_inline == inline_path;
+    if (!ok) {
+      reject(call, "ranks disagree on the eager path: rank " +
+                       std::to_string(call.global(static_cast<int>(r))) + " chose " +
+                       (inline_path ? "the data path" : "the inline path") +
+                       " for the same chunk; every rank must see the same RDMACOLL_EAGER_LIMIT");
+    }
+  }
+}
+
+}  // namespace
+
+void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
+  const char* name = collective_name(a.collective);
+  check_usable(g, name);
+  transport::Transport& t = e.transport();
+  const int p = g.size();
+  const bool root = g.rank == a.root;
+  const size_t chunk = static_cast<size_t>(a.n) * element_size(a.dtype);
+  const bool usable = a.local_error.empty();
+  if (root && usable && chunk > 0 && a.in != a.out + a.root * chunk) {
+    std::memcpy(a.out + a.root * chunk, a.in, chunk);
+  }
+  Call call(t, g, name, e.spin());
+  std::shared_ptr<transport::MemoryRegion> region;  // the root's output, once registered
+  call.run(
+      [&] {
+        if (p == 1) {
+          if (!usable) throw InvalidArgument(call.where() + ": " + a.local_error);
+          return;
+        }
+        const bool inline_path =
+            chunk > 0 && chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
+        AllGatherArgs args;
+        args.op = a.collective;
+        args.in_dtype = args.out_dtype = a.dtype;
+        args.in_numel = a.n;
+        args.out_numel = static_cast<int64_t>(p) * a.n;
+        args.root = a.root;
+        args.reduce_op = a.op;
+        args.total_numel = a.total_numel;
+        args.local_error = a.local_error;
+        CallDescriptor mine = make_descriptor(g, call, args);
+        transport::Bytes key;
+        if (usable && chunk > 0) {
+          if (inline_path && !root) {
+            mine.inline_data = {a.in, chunk};
+          } else if (!inline_path && root) {
+            region = t.register_memory(a.out, p * chunk);
+            mine.out_addr = reinterpret_cast<uint64_t>(a.out);
+            mine.out_bytes = p * chunk;
+            key = region->packed_key();
+            mine.key = key;
+            // Posted before the descriptor leaves: the writes may come as soon as it lands.
+            for (int r = 0; r < p; ++r) {
+              if (r == a.root) continue;
+              const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r));
+              call.recvs().push_back({call.guarded([&] {
+                                        return t.expect(call.global(r), *region, r * chunk, chunk,
+                                                        tag);
+                                      }),
+                                      r, Pending::Kind::Arrival, r, 1});
+            }
+          }
+        }
+        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+        if (!usable) throw InvalidArgument(call.where() + ": " + a.local_error);
+        check_descriptors(call, all);
+        if (chunk == 0) return;
+        check_paths(call, all, a.root, inline_path);
+        if (root) {
+          if (inline_path) {
+            for (int r = 0; r < p; ++r) {
+              if (r == a.root) continue;
+              if (all[r].inline_data.size() != chunk) {
+                throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) +
+                                     " sent " + std::to_string(all[r].inline_data.size()) +
+                                     " inline bytes, expected " + std::to_string(chunk));
+              }
+              std::memcpy(a.out + r * chunk, all[r].inline_data.data(), chunk);
+            }
+          } else {
+            call.wait(call.recvs(), 0, call.recvs().size());
+          }
+          return;
+        }
+        if (inline_path) return;
+        const CallDescriptor& dst = all[a.root];
+        const size_t offset = static_cast<size_t>(g.rank) * chunk;
+        if (offset + chunk > dst.out_bytes) {  // never write outside what the root advertised
+          throw TransportError(call.where() + ": refusing to write bytes [" +
+                               std::to_string(offset) + ", " + std::to_string(offset + chunk) +
+                               ") into rank " + std::to_string(call.global(a.root)) +
+                               "'s output of " + std::to_string(dst.out_bytes) + " bytes");
+        }
+        std::shared_ptr<transport::MemoryRegion> source;
+        if (t.needs_registered_source()) {
+          source = t.register_memory(const_cast<uint8_t*>(a.in), chunk);
+        } else {
+          source = std::make_shared<SourceView>(const_cast<uint8_t*>(a.in), chunk);
+        }
+        const auto remote = call.guarded([&] {
+          return t.unpack_remote(call.global(a.root), dst.out_addr, dst.out_bytes, dst.key);
+        });
+        const uint64_t tag =
+            transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
+        call.sends().push_back(
+            {call.guarded([&] { return t.write(*source, 0, *remote, offset, chunk, tag); }), a.root,
+             Pending::Kind::Write, g.rank, 1});
+        call.wait(call.sends(), 0, call.sends().size());
+      },
+      &region);
+}
+
+void Engine::gather(GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
+                    const std::string& local_error) {
+  gather_round(*this, g,
+               {CollectiveOp::Gather, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in),
+                dtype, n, root, ReduceOp::Sum, static_cast<uint64_t>(n), local_error});
+}
+
+}  // namespace rdmacoll::engine

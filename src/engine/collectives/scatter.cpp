@@ -1,0 +1,135 @@
+// scatter: while the root's whole input fits the eager limit it rides inline in the root's
+// descriptor (one round, no registration); beyond it every member exposes its output and the
+// root writes piece j straight into member j's, one one-sided write each.
+
+#include <cstring>
+
+#include "engine/agreement.hpp"
+#include "engine/call.hpp"
+#include "engine/collectives/collectives.hpp"
+#include "engine/control_plane.hpp"
+#include "engine/engine.hpp"
+
+namespace rdmacoll::engine {
+
+namespace {
+
+// A rank whose eager limit put it on the other path is named on every rank, before anything
+// is written (as in gather.cpp).
+void check_paths(const Call& call, const std::vector<CallDescriptor>& all, int root,
+                 bool inline_path) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    const bool ok = static_cast<int>(r) == root ? all[r].inline_data.empty() != inline_path
+                                                : (all[r].out_bytes > 0) != inline_path;
+    if (!ok) {
+      reject(call, "ranks disagree on the eager path: rank " +
+                       std::to_string(call.global(static_cast<int>(r))) + " chose " +
+                       (inline_path ? "the data path" : "the inline path") +
+                       " for the same pieces; every rank must see the same RDMACOLL_EAGER_LIMIT");
+    }
+  }
+}
+
+}  // namespace
+
+void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dtype, int64_t n,
+                     int root_rank, const std::string& local_error) {
+  check_usable(g, "scatter");
+  const int p = g.size();
+  const bool root = g.rank == root_rank;
+  auto* out = static_cast<uint8_t*>(out_ptr);
+  const auto* in = static_cast<const uint8_t*>(in_ptr);
+  const size_t chunk = static_cast<size_t>(n) * element_size(dtype);
+  const bool usable = local_error.empty();
+  if (root && usable && chunk > 0 && out != in + root_rank * chunk) {
+    std::memcpy(out, in + root_rank * chunk, chunk);
+  }
+  Call call(transport_, g, "scatter", spin_);
+  std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
+  call.run(
+      [&] {
+        if (p == 1) {
+          if (!usable) throw InvalidArgument(call.where() + ": " + local_error);
+          return;
+        }
+        transport::Transport& t = transport_;
+        const bool inline_path =
+            chunk > 0 && p * chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
+        AllGatherArgs args;
+        args.op = CollectiveOp::Scatter;
+        args.in_dtype = args.out_dtype = dtype;
+        args.in_numel = static_cast<int64_t>(p) * n;
+        args.out_numel = n;
+        args.root = root_rank;
+        args.total_numel = static_cast<uint64_t>(n);
+        args.local_error = local_error;
+        CallDescriptor mine = make_descriptor(g, call, args);
+        transport::Bytes key;
+        if (usable && chunk > 0) {
+          if (inline_path && root) {
+            mine.inline_data = {in, p * chunk};
+          } else if (!inline_path && !root) {
+            region = t.register_memory(out, chunk);
+            mine.out_addr = reinterpret_cast<uint64_t>(out);
+            mine.out_bytes = chunk;
+            key = region->packed_key();
+            mine.key = key;
+            const uint64_t tag = transport::write_signal(call.token(), 0);
+            call.recvs().push_back({call.guarded([&] {
+                                      return t.expect(call.global(root_rank), *region, 0, chunk,
+                                                      tag);
+                                    }),
+                                    root_rank, Pending::Kind::Arrival, g.rank, 1});
+          }
+        }
+        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+        if (!usable) throw InvalidArgument(call.where() + ": " + local_error);
+        check_descriptors(call, all);
+        if (chunk == 0) return;
+        check_paths(call, all, root_rank, inline_path);
+        if (!root) {
+          if (inline_path) {
+            const auto& data = all[root_rank].inline_data;
+            if (data.size() != p * chunk) {
+              throw TransportError(call.where() + ": the root, rank " +
+                                   std::to_string(call.global(root_rank)) + ", sent " +
+                                   std::to_string(data.size()) + " inline bytes, expected " +
+                                   std::to_string(p * chunk));
+            }
+            std::memcpy(out, data.data() + static_cast<size_t>(g.rank) * chunk, chunk);
+          } else {
+            call.wait(call.recvs(), 0, call.recvs().size());
+          }
+          return;
+        }
+        if (inline_path) return;
+        std::shared_ptr<transport::MemoryRegion> source;
+        if (t.needs_registered_source()) {
+          source = t.register_memory(const_cast<uint8_t*>(in), p * chunk);
+        } else {
+          source = std::make_shared<SourceView>(const_cast<uint8_t*>(in), p * chunk);
+        }
+        std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+        for (int i = 1; i < p; ++i) {
+          const int j = (root_rank + i) % p;
+          const CallDescriptor& dst = all[j];
+          if (chunk > dst.out_bytes) {  // never write outside what the member advertised
+            throw TransportError(call.where() + ": refusing to write " + std::to_string(chunk) +
+                                 " bytes into rank " + std::to_string(call.global(j)) +
+                                 "'s output of " + std::to_string(dst.out_bytes) + " bytes");
+          }
+          remotes[j] = call.guarded([&] {
+            return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
+          });
+          const uint64_t tag = transport::write_signal(dst.signal_token, 0);
+          call.sends().push_back({call.guarded([&] {
+                                    return t.write(*source, j * chunk, *remotes[j], 0, chunk, tag);
+                                  }),
+                                  j, Pending::Kind::Write, j, 1});
+        }
+        call.wait(call.sends(), 0, call.sends().size());
+      },
+      &region);
+}
+
+}  // namespace rdmacoll::engine
