@@ -53,6 +53,21 @@ class RdmacollBackend final : public compat::Base {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
 
 #if RDMACOLL_TORCH2
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -110,6 +125,8 @@ class RdmacollBackend final : public compat::Base {
                                                        std::vector<at::Tensor> inputs,
                                                        const c10d::ReduceOp& op);
   int global_rank(int group_rank) const;
+  // Why a root (rank, tensor index) is not one of this group's, or "".
+  std::string bad_root(int64_t root_rank, int64_t root_tensor) const;
 
   rdmacoll::Group group_;
   Kind kind_;

@@ -159,6 +159,35 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allreduce_packed(const Issue& ca
       std::move(after));
 }
 
+c10::intrusive_ptr<c10d::Work> RdmacollBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  const Issue call{OpType::REDUCE, "rdmacoll:reduce", Collective::Reduce};
+  if (tensors.size() != 1) refuse(call, tensor_count("reduce", tensors.size(), "1"));
+  const at::Tensor& tensor = tensors[0];
+  if (auto why = unusable(tensor, "the tensor")) refuse(call, *why);
+  const std::string root_error = bad_root(opts.rootRank, opts.rootTensor);
+  if (!root_error.empty()) refuse(call, root_error);
+  if (auto why = not_reducible(tensor, opts.reduceOp)) refuse(call, *why);
+  const auto op = to_op(opts.reduceOp, tensor);
+  if (const auto* why = std::get_if<std::string>(&op)) refuse(call, *why);
+  const bool root = opts.rootRank == rank_;
+  Staged staged = stage_output(tensor, false, /*in_place=*/true);
+  if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    // The others' tensors are only read: their factor goes into a copy.
+    if (!staged.copied()) staged.dense = staged.dense.clone();
+    premultiply(staged.dense, opts.reduceOp);
+    staged.view = flat_view(staged.dense, false);
+  }
+  rdmacoll::Tensor v = staged.view;
+  const rdmacoll::ReduceOp rop = std::get<rdmacoll::ReduceOp>(op);
+  const int dst = global_rank(static_cast<int>(opts.rootRank));
+  std::function<void()> after;
+  if (root) after = [staged] { copy_back(staged); };
+  return issue(
+      call, tensors, {}, {staged.dense},
+      [&] { return rdmacoll::reduce(v, dst, rop, group_, true); }, std::move(after));
+}
+
 c10::intrusive_ptr<c10d::Work> RdmacollBackend::sparse_allreduce(
     const Issue& call, at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
   // As gloo: every rank's indices and values are gathered and summed by coalescing. The sizes

@@ -684,6 +684,87 @@ def case_profiler():
     dist.destroy_process_group()
 
 
+def case_rooted():
+    """gather, scatter and reduce to every root in every dtype (and complex), 0 to 70000
+    elements; the others' reduce tensors stay as they were; the object collectives built on
+    them (gather_object, scatter_object_list, broadcast_object_list)."""
+    rank, p = init()
+    for dtype in DTYPES + [torch.complex64]:
+        for n in (0, 1, 1000, 70000):
+            root = n % p
+            mine = values(rank, n, dtype) if dtype != torch.complex64 else \
+                torch.complex(values(rank, n, torch.float32), values(rank, n, torch.float32, 1))
+            want = [values(r, n, dtype) if dtype != torch.complex64 else
+                    torch.complex(values(r, n, torch.float32), values(r, n, torch.float32, 1))
+                    for r in range(p)]
+            out = [torch.full_like(mine, 7) for _ in range(p)] if rank == root else None
+            dist.gather(mine, out, dst=root)
+            if rank == root:
+                for r in range(p):
+                    expect_equal(out[r], want[r], f"gather {dtype} n={n} chunk {r}")
+            piece = torch.full_like(mine, 7)
+            dist.scatter(piece, want if rank == root else None, src=root)
+            expect_equal(piece, want[rank], f"scatter {dtype} n={n}")
+            for op in ops_for(dtype) if dtype != torch.complex64 else [dist.ReduceOp.SUM]:
+                t = mine.clone()
+                dist.reduce(t, dst=root, op=op)
+                expect_equal(t, reduce_ref(want, op) if rank == root else mine,
+                             f"reduce {dtype} {op} n={n} on rank {rank}")
+    objs = [{"rank": r, "list": list(range(r))} for r in range(p)]
+    gathered = [None] * p if rank == 0 else None
+    dist.gather_object(objs[rank], gathered, dst=0)
+    assert rank != 0 or gathered == objs, gathered
+    got = [None]
+    dist.scatter_object_list(got, objs if rank == p - 1 else None, src=p - 1)
+    assert got[0] == objs[rank], got
+    shared = [objs[1], "two", 3] if rank == 1 else [None, None, None]
+    dist.broadcast_object_list(shared, src=1)
+    assert shared == [objs[1], "two", 3], shared
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_alltoall():
+    """all_to_all_single with equal splits and with random uneven splits (zeros among them)
+    every step, as a mixture of experts exchanges tokens, equal to gloo's; all_to_all of lists;
+    the gradient of dist.nn.all_gather (which torch computes with all_to_all off NCCL)."""
+    rank, p = init()
+    gloo = dist.new_group(backend="gloo")
+    g = torch.Generator().manual_seed(1234)  # the same splits on every rank
+    for step in range(20):
+        counts = torch.randint(0, 6, (p, p), generator=g)  # counts[i][j]: rows i sends j
+        width = (1, 8, 3000)[step % 3]
+        x = torch.randn(int(counts[rank].sum()), width, generator=torch.Generator().manual_seed(
+            rank * 100 + step))
+        out_rows = int(counts[:, rank].sum())
+        a = torch.full((out_rows, width), 7.0)
+        b = torch.full((out_rows, width), 8.0)
+        ins, outs = counts[rank].tolist(), counts[:, rank].tolist()
+        dist.all_to_all_single(a, x, outs, ins)
+        dist.all_to_all_single(b, x, outs, ins, group=gloo)
+        assert torch.equal(a, b), f"all_to_all_single vs gloo, step {step}"
+    for dtype in DTYPES:
+        x = values(rank, 4 * p, dtype).view(p, 4)
+        y = torch.zeros_like(x)
+        dist.all_to_all_single(y, x)
+        for i in range(p):
+            expect_equal(y[i], values(i, 4 * p, dtype).view(p, 4)[rank], f"equal {dtype}")
+    ins = [torch.full((r + rank + 1,), float(rank * 10 + r)) for r in range(p)]
+    outs = [torch.zeros(rank + r + 1) for r in range(p)]
+    dist.all_to_all(outs, ins)
+    for r in range(p):
+        expect_equal(outs[r], torch.full((rank + r + 1,), float(r * 10 + rank)), "all_to_all")
+    import torch.distributed.nn as dnn
+    w = torch.full((3,), float(rank + 1), requires_grad=True)
+    gathered = dnn.all_gather(w * 2)
+    loss = sum((k + 1) * t.sum() for k, t in enumerate(gathered))
+    loss.backward()
+    # d loss / d w: every rank's loss weights our piece by (rank + 1), times 2, summed over p.
+    expect_equal(w.grad, torch.full((3,), 2.0 * p * (rank + 1)), "dist.nn.all_gather gradient")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     globals()["case_" + name]()

@@ -99,6 +99,7 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("threads", 3), ("late", 3), ("ddp", 2), ("ddp", 4),
                                     ("uaf", 2), ("mistakes", 3), ("shapes", 3), ("sparse", 3),
                                     ("secondary", 3), ("teardown", 2), ("profiler", 2),
+                                    ("rooted", 3), ("alltoall", 3), ("alltoall", 4),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
                                     pytest.param("premul", 2, marks=torch2)])
