@@ -147,6 +147,30 @@ Work all_to_all_single(Tensor& output, const Tensor& input,
 Work all_to_all(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                 const Group& group = {}, bool async_op = false);
 
+// Point-to-point. send() of `tensor`'s bytes to global rank `dst` is matched by the recv() on
+// `dst` of the same group and tag (0 to 2^24 - 1), in the order each side issued them, as MPI
+// matches; sizes must agree. Only the two ranks take part. With async_op the call returns at
+// once (isend, irecv) and the tensor must stay untouched until the work completes; later calls
+// on the group do not wait for it. A peer that never answers raises Timeout after the group's
+// timeout, a dead one PeerFailure.
+inline constexpr int kAnySource = -1;
+Work send(const Tensor& tensor, int dst, const Group& group = {}, int tag = 0,
+          bool async_op = false);
+// `src` kAnySource: from whichever other member sends with `tag` first (Work::source_rank()).
+Work recv(Tensor& tensor, int src, const Group& group = {}, int tag = 0, bool async_op = false);
+
+// One operation of a batch: a send of `tensor` to `peer`, or a recv into it from `peer`.
+struct P2POp {
+  enum class Kind : uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  Tensor tensor;
+  int peer = 0;
+  Group group;
+  int tag = 0;
+};
+// Starts every operation at once (torch's batch_isend_irecv); one work per operation.
+std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
+
 // The collectives, for calls that name one (reject).
 enum class Collective : uint8_t {
   AllGather,

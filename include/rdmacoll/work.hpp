@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace rdmacoll {
 
@@ -33,9 +34,16 @@ class Work {
   // delays the group's next operation. A callback that throws makes its exception the work's
   // error; one may destroy the group or drop its last handle.
   void on_completion(std::function<void(std::exception_ptr)> callback) const;
+  // For a recv: the sender's global rank once known (a recv from kAnySource learns it when the
+  // message comes), else -1.
+  int source_rank() const;
 
  private:
   std::shared_ptr<detail::WorkState> state_;
 };
+
+// A work that completes when every one of `works` has, with the first error among them (as
+// MPI_Waitall): what torch's batch_isend_irecv returns for a coalesced batch.
+Work when_all(const std::vector<Work>& works);
 
 }  // namespace rdmacoll

@@ -289,12 +289,16 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::endCoalescing() {
   coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.swap(coalesced_);
-  // A group completes its calls in issue order: the last one done means all are.
-  if (!works.empty()) return works.back();
+  if (works.size() == 1) return works.back();
+  // One work for the batch, done when every call of it is: a group completes its collectives
+  // in issue order, but sends and receives (batch_isend_irecv) end in any order.
+  std::vector<rdmacoll::Work> cores;
+  for (const auto& w : works)
+    cores.push_back(static_cast<const WorkRdmacoll&>(*w).core());
   auto work =
       c10::make_intrusive<WorkRdmacoll>(rank_, OpType::COALESCED, "rdmacoll:coalesced",
                                         std::vector<at::Tensor>{}, std::vector<at::Tensor>{});
-  work->arm(rdmacoll::Work(), {});
+  work->arm(rdmacoll::when_all(cores), {});
   return work;
 }
 #endif

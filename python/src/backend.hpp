@@ -68,6 +68,11 @@ class RdmacollBackend final : public compat::Base {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
 #if RDMACOLL_TORCH2
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -125,6 +130,8 @@ class RdmacollBackend final : public compat::Base {
                                                        std::vector<at::Tensor> inputs,
                                                        const c10d::ReduceOp& op);
   int global_rank(int group_rank) const;
+  // recv and recvAnysource (src_rank -1).
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src_rank, int tag);
   // Why a root (rank, tensor index) is not one of this group's, or "".
   std::string bad_root(int64_t root_rank, int64_t root_tensor) const;
 

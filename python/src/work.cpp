@@ -53,6 +53,15 @@ void WorkRdmacoll::arm(const rdmacoll::Work& work, std::vector<at::Tensor> keep_
   });
 }
 
+int WorkRdmacoll::sourceRank() const {
+  const int global = work_.source_rank();
+  if (members_.empty() || global < 0) return global;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (members_[r] == global) return static_cast<int>(r);
+  }
+  return -1;
+}
+
 bool WorkRdmacoll::isCompleted() {
   return future_->completed();
 }

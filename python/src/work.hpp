@@ -41,11 +41,18 @@ class WorkRdmacoll final : public c10d::Work {
   std::exception_ptr exception() const override;
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  // A recv's sender, as a rank of the group whose members (global ranks, in group rank order)
+  // are `members` (empty: the world).
+  int sourceRank() const override;
+  void set_members(std::vector<int> members) { members_ = std::move(members); }
+  // The rdmacoll work underneath (endCoalescing waits for all of a batch's).
+  const rdmacoll::Work& core() const { return work_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
   rdmacoll::Work work_;
   std::vector<at::Tensor> outputs_;
+  std::vector<int> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -11,6 +11,7 @@
 #include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
 #include "engine/group_state.hpp"
+#include "engine/p2p.hpp"
 #include "rdmacoll/types.hpp"
 #include "transport/transport.hpp"
 
@@ -18,7 +19,8 @@ namespace rdmacoll::engine {
 
 class Engine {
  public:
-  Engine(transport::Transport& transport, SpinPolicy spin) : transport_(transport), spin_(spin) {}
+  Engine(transport::Transport& transport, SpinPolicy spin)
+      : transport_(transport), spin_(spin), p2p_(std::make_shared<PointToPoint>(transport, spin)) {}
 
   void all_gather(GroupState& group, const AllGatherArgs& args);
   // In place over data[0, numel); `local_error` as for all_gather.
@@ -51,6 +53,13 @@ class Engine {
                   const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
                   const std::string& local_error);
 
+  // Point-to-point (p2p.hpp): a group's sends and receives start here, in its issue order.
+  void send(GroupState& group, const void* data, size_t bytes, int peer, uint32_t tag,
+            const std::shared_ptr<WorkState>& work);
+  // `peer` -1: from any other member.
+  void recv(GroupState& group, void* data, size_t bytes, int peer, uint32_t tag,
+            const std::shared_ptr<WorkState>& work);
+
   // For the collectives' files (collectives/*.cpp): the transport every call runs over, and
   // how its waits poll.
   transport::Transport& transport() { return transport_; }
@@ -59,6 +68,7 @@ class Engine {
  private:
   transport::Transport& transport_;
   SpinPolicy spin_;
+  std::shared_ptr<PointToPoint> p2p_;
 };
 
 // The arguments of one gather round of a reduction (all_reduce, reduce_scatter): our n elements

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "engine/p2p.hpp"
+
 namespace rdmacoll::detail {
 
 std::string GroupState::describe() const {
@@ -11,6 +13,14 @@ std::string GroupState::describe() const {
     os << (i ? ", " : "") << members[i];
   os << "])";
   return os.str();
+}
+
+void GroupState::release() {
+  queue.drain();
+  if (auto p = p2p.lock()) {
+    p->abandon(*this, "its group was destroyed while it was in flight");
+  }
+  if (auto t = transport.lock()) scratch.slots.release(*t);
 }
 
 }  // namespace rdmacoll::detail

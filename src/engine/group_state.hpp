@@ -17,6 +17,10 @@
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
 
+namespace rdmacoll::engine {
+class PointToPoint;
+}  // namespace rdmacoll::engine
+
 namespace rdmacoll {
 
 // Buffers every call of a group reuses, so that a small collective allocates nothing. Calls of
@@ -56,13 +60,10 @@ namespace detail {
 class GroupState {
  public:
   ~GroupState() { release(); }
-  // Finishes the group's outstanding work and frees what it holds in the transport (its eager
-  // slots); the group stays valid to describe, not to call. Run by destroy_group() and when
-  // the last handle goes.
-  void release() {
-    queue.drain();
-    if (auto t = transport.lock()) scratch.slots.release(*t);
-  }
+  // Finishes the group's outstanding work (point-to-point operations still in flight fail) and
+  // frees what it holds in the transport (its eager slots); the group stays valid to describe,
+  // not to call. Run by destroy_group() and when the last handle goes.
+  void release();
 
   // A standalone group (new_standalone_group) holds its own world (store, transport, engine),
   // which lives as long as the group; declared first, so it goes last.
@@ -85,6 +86,8 @@ class GroupState {
   bool destroyed = false;             // destroy_group() ran: other handles can no longer call
   // Expired once destroy_process_group() took the transport (which freed everything itself).
   std::weak_ptr<transport::Transport> transport;
+  // Its world's point-to-point engine, once the group has sent or received (engine/p2p.hpp).
+  std::weak_ptr<engine::PointToPoint> p2p;
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   CallScratch scratch;
   engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes

@@ -87,7 +87,10 @@ std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lo
   item.op = nullptr;  // drop the operation's captures (tensors) before reporting completion
   // Idle before the waiter wakes: its next blocking call then runs on its own thread.
   busy.store(false, std::memory_order_release);
-  item.work->finish(error);
+  // A deferred item's work finishes later, where its operation ends, unless it failed to
+  // start or ended while starting.
+  const bool finish_now = !item.deferred || error || item.work->take_early_finish(error);
+  if (finish_now) item.work->finish(error);
   lock.lock();
   if (worker_waits_busy || draining.load()) cv.notify_all();
   return item.work;
@@ -105,13 +108,31 @@ bool QueueCore::run_until(const WorkState* target) {
   }
 }
 
+std::shared_ptr<WorkState> GroupQueue::submit_deferred(
+    std::function<void(const std::shared_ptr<WorkState>&)> start, const char* what) {
+  auto work = std::make_shared<WorkState>(what);
+  std::weak_ptr<WorkState> weak = work;
+  enqueue(
+      [start = std::move(start), weak] {
+        if (auto w = weak.lock()) start(w);
+      },
+      work, true);
+  return work;
+}
+
 std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const char* what) {
   auto work = std::make_shared<WorkState>(what);
+  enqueue(std::move(op), work, false);
+  return work;
+}
+
+void GroupQueue::enqueue(std::function<void()> op, const std::shared_ptr<WorkState>& work,
+                         bool deferred) {
   work->queue_ = core_;
   QueueCore& c = *core_;
   std::lock_guard lock(c.mu);
   c.last_submit = std::chrono::steady_clock::now();
-  c.queue.push_back({std::move(op), work, c.last_submit});
+  c.queue.push_back({std::move(op), work, c.last_submit, deferred});
   c.queued.fetch_add(1, std::memory_order_release);
   if (!thread_.joinable()) {
     c.stop = false;
@@ -121,7 +142,6 @@ std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const ch
   }
   // A polling worker finds it within kInlinePoll, by which time a waiter has usually run it.
   if (c.worker_asleep || !c.waiter_took_last) c.cv.notify_all();
-  return work;
 }
 
 void GroupQueue::set_idle() {

@@ -45,6 +45,24 @@ class WorkState {
   // throws makes its exception the work's error; one that destroys the work's group is safe
   // (the group's worker, which runs it, then ends on its own).
   void on_completion(std::function<void(std::exception_ptr)> callback);
+  // For an operation started by a deferred queue item (GroupQueue::submit_deferred) that
+  // finished while starting: the queue finishes it once the group is free again, as it
+  // finishes every other item (a completion callback may destroy the group).
+  void finish_when_started(std::exception_ptr error) {
+    std::lock_guard lock(mu_);
+    finished_early_ = true;
+    early_error_ = error;
+  }
+  bool take_early_finish(std::exception_ptr& error) {
+    std::lock_guard lock(mu_);
+    if (!finished_early_) return false;
+    finished_early_ = false;
+    error = early_error_;
+    return true;
+  }
+  // A receive's sender (global rank) once known, else -1.
+  void set_source(int global_rank) { source_.store(global_rank, std::memory_order_release); }
+  int source() const { return source_.load(std::memory_order_acquire); }
 
  private:
   friend class engine::GroupQueue;
@@ -55,6 +73,9 @@ class WorkState {
   mutable std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::atomic<int> source_{-1};
+  bool finished_early_ = false;
+  std::exception_ptr early_error_;
 };
 
 }  // namespace rdmacoll::detail
@@ -70,6 +91,7 @@ struct QueueCore {
     std::function<void()> op;
     std::shared_ptr<WorkState> work;
     std::chrono::steady_clock::time_point queued_at;
+    bool deferred = false;  // the op finishes its work itself, later (submit_deferred)
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -136,12 +158,18 @@ class GroupQueue {
 
   // Queues `op` for the group's worker thread.
   std::shared_ptr<WorkState> submit(std::function<void()> op, const char* what);
+  // Queues `start(work)`, which starts an operation that finishes `work` itself when it ends
+  // (point-to-point: the queue moves on once it is posted). If `start` throws, the work fails
+  // with that.
+  std::shared_ptr<WorkState> submit_deferred(
+      std::function<void(const std::shared_ptr<WorkState>&)> start, const char* what);
 
   // Waits until every queued operation has finished and none runs, then ends the worker.
   void drain();
 
  private:
   void set_idle();
+  void enqueue(std::function<void()> op, const std::shared_ptr<WorkState>& work, bool deferred);
   static void worker(const std::shared_ptr<QueueCore>& core);
 
   std::shared_ptr<QueueCore> core_;

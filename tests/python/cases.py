@@ -765,6 +765,127 @@ def case_alltoall():
     dist.destroy_process_group()
 
 
+def case_p2p():
+    """send and recv in every dtype, 0 to 300000 elements; isend/irecv under several tags
+    received in another order; recv from any source (which returns the sender); batch_isend_irecv
+    around a ring; send_object_list/recv_object_list; sizes that differ raise."""
+    rank, p = init()
+    nxt, prv = (rank + 1) % p, (rank + p - 1) % p
+    for dtype in DTYPES:
+        for n in (0, 1, 1000, 300000):
+            mine = values(rank, n, dtype)
+            got = torch.zeros_like(mine)
+            if rank % 2 == 0:
+                dist.send(mine, nxt)
+                dist.recv(got, prv)
+            else:
+                dist.recv(got, prv)
+                dist.send(mine, nxt)
+            expect_equal(got, values(prv, n, dtype), f"ring {dtype} n={n}")
+    # Tags: rank 0 sends under tags 0..3, rank 1 receives them 3..0.
+    if rank == 0:
+        works = [dist.isend(values(0, 50000, torch.float32, salt=t), 1, tag=t) for t in range(4)]
+        for w in works:
+            w.wait()
+    elif rank == 1:
+        for t in reversed(range(4)):
+            x = torch.zeros(50000)
+            dist.irecv(x, 0, tag=t).wait()
+            expect_equal(x, values(0, 50000, torch.float32, salt=t), f"tag {t}")
+    dist.barrier()
+    # From any source: rank 0 takes one message from each other rank, in whatever order.
+    if rank == 0:
+        seen = set()
+        for _ in range(p - 1):
+            x = torch.zeros(1000)
+            src = dist.recv(x)
+            assert src not in seen and 0 < src < p, src
+            seen.add(src)
+            expect_equal(x, values(src, 1000, torch.float32), f"any source {src}")
+    else:
+        dist.send(values(rank, 1000, torch.float32), 0)
+    # A batch around the ring, in both directions.
+    a, b = torch.zeros(70000), torch.zeros(70000)
+    ops = [dist.P2POp(dist.isend, values(rank, 70000, torch.float32), nxt),
+           dist.P2POp(dist.irecv, a, prv),
+           dist.P2POp(dist.isend, values(rank, 70000, torch.float32, salt=1), prv),
+           dist.P2POp(dist.irecv, b, nxt)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    expect_equal(a, values(prv, 70000, torch.float32), "batch from the left")
+    expect_equal(b, values(nxt, 70000, torch.float32, salt=1), "batch from the right")
+    if not hasattr(dist, "send_object_list"):  # torch 2.x
+        pass
+    elif rank == 0:
+        dist.send_object_list([{"step": 3}, "x" * 100000], dst=1)
+    elif rank == 1:
+        objs = [None, None]
+        dist.recv_object_list(objs, src=0)
+        assert objs == [{"step": 3}, "x" * 100000], str(objs)[:80]
+    # Sizes that differ: the receiver raises (and so does a sender waiting to be cleared).
+    if rank == 0:
+        try:
+            dist.send(torch.zeros(100000), 1)
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "sizes must agree" in str(e), e
+    elif rank == 1:
+        try:
+            dist.recv(torch.zeros(10), 0)
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "sizes must agree" in str(e), e
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_gpipe():
+    """A hand-written GPipe loop (isend/irecv of activations forward, gradients backward, 4
+    microbatches) training one Linear+GELU stage per rank for 5 steps, against gloo from the
+    same seed: the parameters agree."""
+    rank, p = init()
+    gloo = dist.new_group(backend="gloo")
+
+    def run(group):
+        torch.manual_seed(0)
+        stages = [torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()) for _ in range(p)]
+        mod = stages[rank]
+        opt = torch.optim.SGD(mod.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(7)
+        for _ in range(5):
+            x, target = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+            opt.zero_grad()
+            ins, outs = [], []
+            for m in range(4):  # forward: every microbatch down the pipe
+                if rank == 0:
+                    inp = x[2 * m:2 * m + 2].clone()
+                else:
+                    inp = torch.zeros(2, 16)
+                    dist.irecv(inp, rank - 1, group=group, tag=m).wait()
+                inp.requires_grad_(rank > 0)
+                out = mod(inp)
+                if rank < p - 1:
+                    dist.isend(out.detach(), rank + 1, group=group, tag=m).wait()
+                ins.append(inp)
+                outs.append(out)
+            for m in reversed(range(4)):  # backward: gradients up the pipe
+                if rank == p - 1:
+                    torch.nn.functional.mse_loss(outs[m], target[2 * m:2 * m + 2]).backward()
+                else:
+                    grad = torch.zeros(2, 16)
+                    dist.irecv(grad, rank + 1, group=group, tag=100 + m).wait()
+                    outs[m].backward(grad)
+                if rank > 0:
+                    dist.isend(ins[m].grad, rank - 1, group=group, tag=100 + m).wait()
+            opt.step()
+        return [t.detach().clone() for t in mod.parameters()]
+
+    for a, b in zip(run(dist.group.WORLD), run(gloo)):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0), (a - b).abs().max()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     globals()["case_" + name]()

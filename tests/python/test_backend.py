@@ -100,6 +100,7 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("uaf", 2), ("mistakes", 3), ("shapes", 3), ("sparse", 3),
                                     ("secondary", 3), ("teardown", 2), ("profiler", 2),
                                     ("rooted", 3), ("alltoall", 3), ("alltoall", 4),
+                                    ("p2p", 2), ("p2p", 3), ("gpipe", 4),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
                                     pytest.param("premul", 2, marks=torch2)])
@@ -113,7 +114,7 @@ def test_case(case, n):
 @torch2
 @pytest.mark.parametrize("case,n", [("fsdp2", 2), ("fsdp2", 4), ("fsdp1", 2), ("ddp", 2),
                                     ("ddp", 4), ("ddp_sparse", 2), ("dtensor", 2),
-                                    ("dtensor", 4)])
+                                    ("dtensor", 4), ("pipeline", 4)])
 def test_workload_matches_gloo(case, n):
     rc, out = launch(n, os.path.join(HERE, "workloads.py"), case)
     assert rc == 0, out

@@ -203,10 +203,45 @@ def case_dtensor():
             return funcol.all_reduce(t * 2, "sum", mesh) + 1
 
         out.append(step(x))
+        # distribute_tensor shards a full tensor from the mesh's first rank: a scatter.
+        from torch.distributed.tensor import distribute_tensor
+        full = torch.randn(2 * p, 3, generator=torch.Generator().manual_seed(5))
+        out.append(distribute_tensor(full, mesh, [Shard(0)]).to_local())
         return [(f"result {i}", t) for i, t in enumerate(out)]
 
     same(run(dist.group.WORLD), [t for _, t in run(gloo)], "DTensor and functional collectives",
          atol=1e-5)
+
+
+def case_pipeline():
+    """torch.distributed.pipelining: a GPipe schedule over 4 stages (its activations and
+    gradients go by batch_isend_irecv) training one block per rank for 5 steps, against gloo."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    rank, p, gloo = init()
+
+    def run(group):
+        torch.manual_seed(0)
+        layers = [nn.Sequential(nn.Linear(32, 32), nn.GELU()) for _ in range(p)]
+        mod = layers[rank]
+        stage = PipelineStage(mod, rank, p, torch.device("cpu"), group=group)
+        sched = ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)
+        opt = torch.optim.SGD(mod.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(7)
+        for _ in range(5):
+            x, target = torch.randn(8, 32, generator=g), torch.randn(8, 32, generator=g)
+            opt.zero_grad()
+            if rank == 0:
+                sched.step(x)
+            elif rank == p - 1:
+                sched.step(target=target)
+            else:
+                sched.step()
+            opt.step()
+        return [(n, t.detach().clone()) for n, t in mod.named_parameters()]
+
+    ours = run(dist.group.WORLD)
+    same(ours, [t for _, t in run(gloo)], "pipeline stage parameters")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ struct Fabric::State {
   std::set<std::pair<int, int>> holding;
   std::map<std::pair<int, int>, std::deque<std::function<void()>>> held;
   std::map<std::pair<int, int>, int> drops;
+  // Mappable memory by address: a peer's mapping holds it, as a process's mapping of shared
+  // memory outlives the owner's free.
+  std::map<uint64_t, std::weak_ptr<MemoryRegion>> mappable;
 
   void wake(int rank) {
     const uint64_t one = 1;
@@ -262,11 +265,25 @@ class Endpoint final : public Transport {
   }
 
   std::shared_ptr<MemoryRegion> allocate_mappable(size_t length) override {
-    return length ? std::make_shared<SharedRegion>(length) : nullptr;
+    if (!length) return nullptr;
+    auto region = std::make_shared<SharedRegion>(length);
+    std::lock_guard lock(s_->mu);
+    std::erase_if(s_->mappable, [](const auto& kv) { return kv.second.expired(); });
+    s_->mappable[reinterpret_cast<uint64_t>(region->base())] = region;
+    return region;
   }
   void* map_remote(int peer, uint64_t base, size_t, std::span<const uint8_t>) override {
     check_peer(peer);
-    return reinterpret_cast<void*>(base);
+    std::lock_guard lock(s_->mu);
+    auto it = s_->mappable.find(base);
+    std::shared_ptr<MemoryRegion> region = it == s_->mappable.end() ? nullptr : it->second.lock();
+    if (!region) return nullptr;
+    mapped_.emplace(region->base(), region);
+    return region->base();
+  }
+  void unmap_remote(void* mapped) override {
+    auto it = mapped_.find(mapped);
+    if (it != mapped_.end()) mapped_.erase(it);
   }
   void doorbell(int peer) override {
     count_doorbell();
@@ -297,6 +314,7 @@ class Endpoint final : public Transport {
   std::shared_ptr<Fabric::State> s_;
   int me_;
   int world_;
+  std::multimap<void*, std::shared_ptr<MemoryRegion>> mapped_;  // what map_remote() holds
 };
 
 }  // namespace

@@ -625,10 +625,11 @@ class VerbsTransport final : public Transport {
     const auto key = std::make_pair(peer, tag);
     auto it = unexpected_.find(key);
     if (it != unexpected_.end()) {
-      deliver(*req, it->second);
-      unexpected_.erase(it);
+      deliver(*req, it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) unexpected_.erase(it);
     } else {
-      pending_recvs_[key] = req;
+      pending_recvs_[key].push_back(req);
     }
     return req;
   }
@@ -715,7 +716,10 @@ class VerbsTransport final : public Transport {
   void cancel(const RequestPtr& request) override {
     if (request->state() != Request::State::Pending) return;
     std::erase_if(expects_, [&](const auto& kv) { return kv.second.request == request; });
-    std::erase_if(pending_recvs_, [&](const auto& kv) { return kv.second == request; });
+    for (auto it = pending_recvs_.begin(); it != pending_recvs_.end();) {
+      std::erase(it->second, request);
+      it = it->second.empty() ? pending_recvs_.erase(it) : std::next(it);
+    }
     // Posted writes cannot be recalled; the group is broken after a cancel anyway.
     request->fail("cancelled");
   }
@@ -1381,10 +1385,11 @@ class VerbsTransport final : public Transport {
     const auto key = std::make_pair(peer, tag);
     auto it = pending_recvs_.find(key);
     if (it != pending_recvs_.end()) {
-      deliver(static_cast<VerbsRequest&>(*it->second), payload);
-      pending_recvs_.erase(it);
+      deliver(static_cast<VerbsRequest&>(*it->second.front()), payload);
+      it->second.pop_front();
+      if (it->second.empty()) pending_recvs_.erase(it);
     } else {
-      unexpected_[key] = Bytes(payload.begin(), payload.end());
+      unexpected_[key].emplace_back(payload.begin(), payload.end());
     }
   }
 
@@ -1646,8 +1651,10 @@ class VerbsTransport final : public Transport {
   std::map<std::pair<int, uint32_t>, Expected> expects_;
   std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
   verbs_imm::TokenTable tokens_;                     // which calls expect writes
-  std::map<std::pair<int, uint64_t>, RequestPtr> pending_recvs_;
-  std::map<std::pair<int, uint64_t>, Bytes> unexpected_;
+  // Per (peer, tag), in order: a tag may carry several messages (point-to-point), matched first
+  // come, first served, as UCX and MPI match them.
+  std::map<std::pair<int, uint64_t>, std::deque<RequestPtr>> pending_recvs_;
+  std::map<std::pair<int, uint64_t>, std::deque<Bytes>> unexpected_;
   std::unique_ptr<MrCache> cache_;
   bool hooked_ = false;
   FabricSettings fabric_;

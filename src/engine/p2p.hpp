@@ -1,0 +1,89 @@
+#pragma once
+// Point-to-point: send, recv, and recv from any source, matched by (sender, tag) in issue order
+// as MPI matches them. Only the two ranks talk: no descriptor exchange of the group. The
+// messages are p2p_messages.hpp's: small sends travel inline; larger ones are written one-sided
+// into the receiver's buffer once its clear-to-send has come.
+//
+// Each world's engine has one PointToPoint. A group posts its sends and receives in issue order
+// (from its queue) and goes on; a driver thread of its own carries them to the end, reacting to
+// messages whenever they come, so a rank blocked in a collective (or in another group's call)
+// never holds up a peer's transfer: isend then barrier on one rank, recv then barrier on the
+// other, completes. The driver blocks in the transport between events; it runs only while
+// operations are outstanding.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "engine/call_args.hpp"
+#include "engine/group_state.hpp"
+#include "transport/transport.hpp"
+
+namespace rdmacoll::engine {
+
+class PointToPoint {
+ public:
+  PointToPoint(transport::Transport& transport, SpinPolicy spin);
+  ~PointToPoint();
+  PointToPoint(const PointToPoint&) = delete;
+  PointToPoint& operator=(const PointToPoint&) = delete;
+
+  // Starts a send of data[0, bytes) to group rank `peer` under `tag`; `work` finishes when the
+  // bytes have left (or the send failed). The data must stay untouched until then.
+  void send(GroupState& g, const void* data, size_t bytes, int peer, uint32_t tag,
+            std::shared_ptr<WorkState> work);
+  // Starts a receive into data[0, bytes) from group rank `peer` (-1: any other member) under
+  // `tag`; the sender's length must be `bytes`. `work` finishes when the bytes are in place;
+  // its source is then the sender's group rank.
+  void recv(GroupState& g, void* data, size_t bytes, int peer, uint32_t tag,
+            std::shared_ptr<WorkState> work);
+  // Fails the operations of group `g` still outstanding (it is going away): nothing of theirs
+  // is written afterwards.
+  void abandon(const GroupState& g, const std::string& why);
+
+  // Sends and receives in flight (tests).
+  size_t outstanding();
+
+ private:
+  struct Op;
+  using Finished = std::pair<std::shared_ptr<WorkState>, std::exception_ptr>;
+  using Channel = std::tuple<uint32_t, int, uint32_t>;  // group, peer (group rank), tag
+
+  void add(std::unique_ptr<Op> op);
+  void drive();
+  // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
+  // changed. Throws to fail it.
+  bool step(Op& op, std::vector<Finished>& done);
+  bool step_send(Op& op);
+  bool step_recv(Op& op);
+  void start_recv(Op& op);
+  void post_data_receive(Op& op, int peer);
+  void send_clear_to_send(Op& op, int peer, const std::string& refusal);
+  bool take_data(Op& op, int peer, std::span<const uint8_t> message);
+  void check_alive(Op& op);
+  void fail(Op& op, std::exception_ptr error, std::vector<Finished>& done);
+  void succeed(Op& op, std::vector<Finished>& done);
+  size_t inline_limit() const;
+
+  transport::Transport& t_;
+  SpinPolicy spin_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> ops_;   // in issue order
+  std::map<Channel, uint64_t> sent_;      // sends issued per channel
+  std::map<Channel, uint64_t> received_;  // receives matched per channel
+  // Data messages a receive from any source took in but did not use (two came at once): the
+  // next receive from that peer starts with them.
+  std::map<Channel, std::deque<std::vector<uint8_t>>> stash_;
+  std::thread driver_;
+  bool stop_ = false;
+};
+
+}  // namespace rdmacoll::engine

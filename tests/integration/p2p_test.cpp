@@ -1,0 +1,226 @@
+// send and recv across real processes over the UCX transport (shared memory, and again with
+// UCX_TLS=tcp). Every received element is checked.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "gather_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::input_value;
+using testing::run_ranks;
+
+Tensor filled(int64_t n, DType dt, int from, int iter) {
+  Tensor t = zeros({n}, dt);
+  for (int64_t i = 0; i < n; ++i)
+    t.set(i, input_value(from, i, iter, dt));
+  return t;
+}
+
+void check_from(const Tensor& t, int from, int iter, const std::string& what) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double want = input_value(from, i, iter, t.dtype());
+    RANK_CHECK(t.item(i) == want, what << ": element " << i << " of " << t.numel() << " ("
+                                       << dtype_name(t.dtype()) << "): got " << t.item(i)
+                                       << ", want " << want);
+  }
+}
+
+// Inline, just past the inline limit (64 KiB on UCX), and 16 MiB.
+constexpr int64_t kSizes[] = {0, 1, 1000, (64 << 10) + 1, 16 << 20};
+
+TEST(SendRecv, EveryDtypeAndSizeBothWays) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    int iter = 0;
+    for (DType dt : kAllDTypes) {
+      for (int64_t bytes : kSizes) {
+        const int64_t n = bytes / static_cast<int64_t>(element_size(dt));
+        ++iter;
+        if (rank == 0) {
+          send(filled(n, dt, 0, iter), 1);
+          Tensor back = zeros({n}, dt);
+          recv(back, 1);
+          check_from(back, 1, iter, "rank 0 from rank 1");
+        } else {
+          Tensor t = zeros({n}, dt);
+          recv(t, 0);
+          check_from(t, 0, iter, "rank 1 from rank 0");
+          send(filled(n, dt, 1, iter), 0);
+        }
+      }
+    }
+  }));
+}
+
+// Several sends outstanding between one pair under different tags, received in the other
+// order; and under one tag, received in the order sent.
+TEST(SendRecv, TagsMatchInAnyOrderAndOneTagInIssueOrder) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    for (int64_t n : {int64_t{10}, int64_t{100000}}) {
+      if (rank == 0) {
+        std::vector<Work> works;
+        std::vector<Tensor> keep;
+        for (int tag = 0; tag < 4; ++tag) {
+          keep.push_back(filled(n, DType::Float32, tag, 7));
+          works.push_back(send(keep.back(), 1, {}, tag, true));
+        }
+        for (int k = 0; k < 3; ++k) {
+          keep.push_back(filled(n, DType::Int64, 10 + k, 8));
+          works.push_back(send(keep.back(), 1, {}, 9, true));
+        }
+        for (auto& w : works)
+          w.wait();
+      } else {
+        for (int tag = 3; tag >= 0; --tag) {
+          Tensor t = zeros({n});
+          recv(t, 0, {}, tag);
+          check_from(t, tag, 7, "tag " + std::to_string(tag));
+        }
+        for (int k = 0; k < 3; ++k) {
+          Tensor t = zeros({n}, DType::Int64);
+          recv(t, 0, {}, 9);
+          check_from(t, 10 + k, 8, "message " + std::to_string(k) + " of tag 9");
+        }
+      }
+    }
+  }));
+}
+
+// A ring where every rank sends before it receives, blocking on the pair only: one-sided writes
+// and inline sends never wait for the receiver to react.
+TEST(SendRecv, RingOfIsendsThenRecvsOnFiveRanks) {
+  expect_all_ok(run_ranks(5, [](int rank, int p) {
+    for (int64_t n : {int64_t{3}, int64_t{300000}}) {
+      Tensor out = filled(n, DType::Float32, rank, static_cast<int>(n % 7));
+      Work w = send(out, (rank + 1) % p, {}, 0, true);
+      Tensor in = zeros({n});
+      recv(in, (rank + p - 1) % p);
+      w.wait();
+      check_from(in, (rank + p - 1) % p, static_cast<int>(n % 7), "ring");
+    }
+  }));
+}
+
+// isend then barrier on one rank, recv then barrier on the other: the send's write must go out
+// while its rank waits in the barrier.
+TEST(SendRecv, IsendThenACollectiveDoesNotWaitForTheReceiver) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    const int64_t n = 1 << 20;
+    if (rank == 0) {
+      Tensor t = filled(n, DType::Float32, 0, 1);
+      Work w = send(t, 1, {}, 0, true);
+      barrier();
+      w.wait();
+    } else {
+      Tensor t = zeros({n});
+      recv(t, 0);
+      barrier();
+      check_from(t, 0, 1, "received before the barrier");
+    }
+  }));
+}
+
+TEST(SendRecv, FromAnySourceTellsWhoSent) {
+  expect_all_ok(run_ranks(4, [](int rank, int p) {
+    for (int64_t n : {int64_t{16}, int64_t{200000}}) {
+      if (rank == 0) {
+        std::vector<bool> seen(p, false);
+        for (int k = 1; k < p; ++k) {
+          Tensor t = zeros({n});
+          Work w = recv(t, kAnySource);
+          const int from = w.source_rank();
+          RANK_CHECK(from >= 1 && from < p && !seen[from], "source " << from);
+          seen[from] = true;
+          check_from(t, from, 3, "from any source");
+        }
+      } else {
+        send(filled(n, DType::Float32, rank, 3), 0);
+      }
+      barrier();
+    }
+  }));
+}
+
+TEST(SendRecv, SubgroupsAndBatches) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    Group g = new_group({3, 1});
+    if (rank == 1 || rank == 3) {
+      const int other = rank == 1 ? 3 : 1;
+      std::vector<P2POp> ops;
+      std::vector<Tensor> ins;
+      for (int k = 0; k < 3; ++k) {
+        ops.push_back(
+            {P2POp::Kind::Send, filled(1000 * (k + 1), DType::Int32, rank, k), other, g, k});
+        ins.push_back(zeros({1000 * (k + 1)}, DType::Int32));
+        ops.push_back({P2POp::Kind::Recv, ins.back(), other, g, k});
+      }
+      when_all(batch_isend_irecv(ops)).wait();
+      for (int k = 0; k < 3; ++k)
+        check_from(ins[k], other, k, "batch " + std::to_string(k));
+    }
+  }));
+}
+
+TEST(SendRecvErrors, MistakesRaiseClearly) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    Tensor t = zeros({8});
+    expect_throw_with<InvalidArgument>([&] { send(t, rank); }, "is this rank");
+    expect_throw_with<InvalidArgument>([&] { send(t, 5); }, "dst 5 is not a member");
+    expect_throw_with<InvalidArgument>([&] { recv(t, 1 - rank, {}, -1); }, "tag -1 is outside");
+    // Sizes that differ raise on the receiver, and on a sender waiting to be cleared.
+    if (rank == 0) {
+      Tensor big = zeros({100000});
+      expect_throw_with<InvalidArgument>([&] { send(big, 1); }, "sizes must agree");
+      send(zeros({5}), 1);
+    } else {
+      Tensor small = zeros({10});
+      expect_throw_with<InvalidArgument>([&] { recv(small, 0); }, "sizes must agree");
+      Tensor big = zeros({100000});
+      expect_throw_with<InvalidArgument>([&] { recv(big, 0); }, "sizes must agree");
+    }
+    // The pair still works.
+    barrier();
+    if (rank == 0) {
+      send(filled(70000, DType::Float32, 0, 5), 1);
+    } else {
+      Tensor t = zeros({70000});
+      recv(t, 0);
+      check_from(t, 0, 5, "after the mistakes");
+    }
+  }));
+}
+
+// A peer killed with a recv outstanding: the receiver raises within the timeout.
+TEST(SendRecvErrors, APeerKilledWithARecvOutstandingRaises) {
+  testing::RunOptions opt;
+  opt.kill_on_failure = false;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "10"}};
+  const auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 1) {
+          barrier();
+          ::raise(SIGKILL);
+        }
+        Tensor t = zeros({1 << 20});
+        Work w = recv(t, 1, {}, 0, true);
+        barrier();
+        testing::expect_peer_failure_or_timeout([&] { w.wait(); });
+        std::_Exit(0);
+      },
+      opt);
+  EXPECT_EQ(results[0].exit_code, 0);
+  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace rdmacoll
