@@ -43,6 +43,7 @@ TEST(SendRecv, EveryDtypeAndSizeBothWays) {
     int iter = 0;
     for (DType dt : kAllDTypes) {
       for (int64_t bytes : kSizes) {
+        if (bytes == (16 << 20) && dt != DType::Float32) continue;  // one large dtype is enough
         const int64_t n = bytes / static_cast<int64_t>(element_size(dt));
         ++iter;
         if (rank == 0) {

@@ -66,7 +66,8 @@ TEST(P2PMessages, ClearToSendRoundTripsAndRejectsBadLengths) {
   ClearToSend refusal;
   refusal.ok = false;
   refusal.error = "sizes must agree";
-  auto r = parse_clear_to_send(encode(refusal));
+  const auto refused = encode(refusal);  // the parse views it
+  auto r = parse_clear_to_send(refused);
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->ok);
   EXPECT_EQ(r->error, "sizes must agree");
