@@ -1,4 +1,6 @@
-// all_gather_perf: all_gather_into_tensor bandwidth and latency, in the nccl-tests tradition.
+// all_gather_perf: all_gather_into_tensor bandwidth and latency, in the nccl-tests tradition;
+// with -o, every other call (sendrecv_perf, alltoall_perf, gather_perf, scatter_perf and
+// reduce_perf are this source with -o preset).
 //   rdmacoll-run -n 4 ./all_gather_perf -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
 // Columns: size (bytes per rank), count (elements per rank), type, time (us, slowest rank's
 // mean), algbw = world*size/time, busbw = algbw*(world-1)/world, #wrong, then p50/p99.
@@ -95,8 +97,40 @@ const char* short_name(DType d) {
   }
 }
 
+struct OneColumnOp {
+  const char* name;
+  const char* title;  // for the header line
+  bool pieces;        // size is p pieces of whole elements
+  bool reduces;       // a redop column of "sum"
+  double (*bus_factor)(int world);
+};
+
+const OneColumnOp kOneColumnOps[] = {
+    {"all_reduce", "all_reduce (sum, in place)", false, true,
+     [](int p) { return 2.0 * (p - 1) / p; }},
+    {"reduce_scatter", "reduce_scatter_tensor (sum)", true, true,
+     [](int p) { return (p - 1.0) / p; }},
+    {"broadcast", "broadcast (from rank 0)", false, false, [](int) { return 1.0; }},
+    {"reduce", "reduce (sum, to rank 0, in place)", false, true, [](int) { return 1.0; }},
+    {"alltoall", "all_to_all_single (equal splits)", true, false,
+     [](int p) { return (p - 1.0) / p; }},
+    {"gather", "gather (to rank 0)", true, false, [](int p) { return (p - 1.0) / p; }},
+    {"scatter", "scatter (from rank 0)", true, false, [](int p) { return (p - 1.0) / p; }},
+    {"sendrecv", "send to rank+1, recv from rank-1 (one batch)", false, false,
+     [](int) { return 1.0; }},
+};
+
+const OneColumnOp* find_one_column_op(const std::string& name) {
+  for (const auto& op : kOneColumnOps)
+    if (name == op.name) return &op;
+  return nullptr;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
+#ifdef RDMACOLL_PERF_OP  // sendrecv_perf, alltoall_perf, ...: this source with -o preset
+  o.single = RDMACOLL_PERF_OP;
+#endif
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -128,11 +162,11 @@ Options parse(int argc, char** argv) {
       o.csv = next();
     else if (a == "-o") {
       const std::string op = next();
-      if (op != "into" && op != "list" && op != "all_reduce" && op != "reduce_scatter" &&
-          op != "broadcast") {
+      if (op != "into" && op != "list" && !find_one_column_op(op)) {
         std::fprintf(stderr,
                      "-o: expected into (all_gather_into_tensor), list (all_gather), "
-                     "all_reduce, reduce_scatter or broadcast\n");
+                     "all_reduce, reduce_scatter, broadcast, reduce, alltoall, gather, scatter "
+                     "or sendrecv\n");
         std::exit(2);
       }
       o.list = op == "list";
@@ -141,7 +175,8 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
                    "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] "
-                   "[-o into|list|all_reduce|reduce_scatter|broadcast]\n");
+                   "[-o into|list|all_reduce|reduce_scatter|broadcast|reduce|alltoall|gather|"
+                   "scatter|sendrecv]\n");
       std::exit(2);
     }
   }
@@ -278,17 +313,28 @@ double reduce_input(int r, int64_t i) {
   return static_cast<double>((r + i) % 5);
 }
 
-// -o all_reduce | reduce_scatter | broadcast: one column set each, with nccl-tests' sizes and
-// bus bandwidths. all_reduce: in place, size = the tensor's bytes, busbw = algbw * 2 (p-1)/p.
+// -o OP, for every call but the all-gathers: one column set each, with nccl-tests' sizes and
+// bus bandwidths. all_reduce (in place): size = the tensor's bytes, busbw = algbw * 2 (p-1)/p.
 // reduce_scatter: size = the input's bytes (p x the output), busbw = algbw * (p-1)/p.
-// broadcast (from rank 0, in place): size = the tensor's bytes, busbw = algbw. The timed calls
-// keep working on the same tensors; the check resets them and runs once more.
+// broadcast and reduce (root 0, in place): size = the tensor's bytes, busbw = algbw.
+// alltoall (all_to_all_single, equal splits): size = one rank's input (p pieces), busbw =
+// algbw * (p-1)/p. gather and scatter (root 0): size = the root's whole tensor (p pieces),
+// busbw = algbw * (p-1)/p. sendrecv (each rank sends to rank+1 and receives from rank-1, as one
+// batch): size = the message, busbw = algbw. The timed calls keep working on the same tensors;
+// the check rewrites the inputs, fills the outputs with a value no result has, and runs once more.
+// Element k of the piece rank `from` sends rank `to` (all_to_all): distinct per pair.
+double piece_value(int from, int to, int64_t k) {
+  return expected(from * 5 + to, k);
+}
+
 int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progress, FILE* csv,
                          std::string& json) {
+  const OneColumnOp& spec = *find_one_column_op(o.single);
+  const std::string op = spec.name;
   const size_t es = element_size(o.dtype);
-  const bool rs = o.single == "reduce_scatter", bc = o.single == "broadcast";
-  const char* redop = bc ? "none" : "sum";
-  const double bus_factor = bc ? 1.0 : rs ? (world - 1.0) / world : 2.0 * (world - 1.0) / world;
+  const char* redop = spec.reduces ? "sum" : "none";
+  const double bus_factor = spec.bus_factor(world);
+  const int root = 0, next = (rank + 1) % world, prev = (rank + world - 1) % world;
   if (rank == 0) {
     std::printf("#%11s %12s %8s %6s %10s %9s %9s %8s %10s %10s\n", "size", "count", "type", "redop",
                 "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)");
@@ -296,41 +342,82 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
       std::fprintf(csv, "size,count,type,redop,ranks,time_us,algbw,busbw,wrong,p50_us,p99_us\n");
   }
   int64_t total_wrong = 0;
-  const size_t step = rs ? es * world : es;  // reduce_scatter: whole elements per rank
-  // At least one size runs: 8 B on 4 ranks is one float each (16 B of input).
+  const size_t step = spec.pieces ? es * world : es;  // whole elements per piece
+  // At least one size runs: 8 B on 4 ranks is one float each (16 B in all).
   for (size_t bytes = std::max(o.min_bytes, step); bytes <= std::max(o.max_bytes, step);
        bytes = std::max(bytes + step, static_cast<size_t>(bytes * o.factor))) {
-    const int64_t count = static_cast<int64_t>(bytes / step) * (rs ? world : 1);
-    Tensor t = zeros({count}, o.dtype);
-    Tensor out = zeros({rs ? count / world : 0}, o.dtype);
+    const int64_t count = static_cast<int64_t>(bytes / step) * (spec.pieces ? world : 1);
+    const int64_t m = spec.pieces ? count / world : count;  // one piece
+    // t: the input (in place: the tensor); out: the output where the call has one.
+    const bool small_in = op == "gather";
+    const bool has_out = op != "all_reduce" && op != "broadcast" && op != "reduce";
+    const bool small_out = op == "reduce_scatter" || op == "scatter";
+    Tensor t = zeros({small_in ? m : count}, o.dtype);
+    Tensor out = zeros({!has_out ? 0 : small_out ? m : count}, o.dtype);
     // Write the inputs before timing, as nccl-tests does. zeros() is calloc: pages never written
     // read as the kernel's one zero page, so a read-only input (reduce_scatter's, broadcast's
     // root) was served from cache and CMA copied it twice as fast (measured 16 MiB
     // reduce_scatter, 2 ranks: 4.1 ms untouched vs 5.7 ms through torch, whose zeros() writes).
-    for (int64_t i = 0; i < count; ++i)
-      t.set(i, reduce_input(rank, i));
-    progress.set_phase("size " + std::to_string(count * es) + " " + o.single);
+    auto write_inputs = [&] {
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        double v = reduce_input(rank, i);
+        if (op == "alltoall") v = piece_value(rank, static_cast<int>(i / m), i % m);
+        if (op == "scatter") v = expected(static_cast<int>(i / m), i % m);
+        if (op == "gather" || op == "sendrecv") v = expected(rank, i);
+        t.set(i, v);
+      }
+    };
+    write_inputs();
+    progress.set_phase("size " + std::to_string(count * es) + " " + op);
     auto call = [&] {
-      if (rs)
+      if (op == "reduce_scatter")
         reduce_scatter_tensor(out, t);
-      else if (bc)
-        broadcast(t, 0);
-      else
+      else if (op == "broadcast")
+        broadcast(t, root);
+      else if (op == "all_reduce")
         all_reduce(t);
+      else if (op == "reduce")
+        reduce(t, root);
+      else if (op == "alltoall")
+        all_to_all_single(out, t);
+      else if (op == "gather")
+        gather(rank == root ? &out : nullptr, t, root);
+      else if (op == "scatter")
+        scatter(out, rank == root ? &t : nullptr, root);
+      else {
+        P2POp send, recv;
+        send.tensor = t;
+        send.peer = next;
+        recv.kind = P2POp::Kind::Recv;
+        recv.tensor = out;
+        recv.peer = prev;
+        for (const Work& w : batch_isend_irecv({send, recv}))
+          w.wait();
+      }
     };
     Result res = time_calls(call, o.iters, o.warmup, world, progress);
     if (o.check) {
-      for (int64_t i = 0; i < count; ++i)
-        t.set(i, reduce_input(rank, i));
+      write_inputs();
+      for (int64_t i = 0; i < out.numel(); ++i)
+        out.set(i, 99);  // no result has it
       call();
-      const Tensor& result = rs ? out : t;
-      const int64_t first = rs ? rank * result.numel() : 0;
-      for (int64_t i = 0; i < result.numel(); ++i) {
-        double want = bc ? reduce_input(0, i) : 0;
-        for (int r = 0; !bc && r < world; ++r)
-          want += reduce_input(r, first + i);
-        res.wrong += result.item(i) != (o.dtype == DType::Bool ? (want != 0) : want);
-      }
+      // What element i of this rank's result must be (where it has one).
+      auto want = [&](int64_t i) -> double {
+        if (op == "broadcast") return reduce_input(root, i);
+        if (op == "alltoall") return piece_value(static_cast<int>(i / m), rank, i % m);
+        if (op == "gather") return expected(static_cast<int>(i / m), i % m);
+        if (op == "scatter") return expected(rank, i);
+        if (op == "sendrecv") return expected(prev, i);
+        double sum = 0;
+        const int64_t first = op == "reduce_scatter" ? rank * m : 0;
+        for (int r = 0; r < world; ++r)
+          sum += reduce_input(r, first + i);
+        return o.dtype == DType::Bool ? (sum != 0) : sum;
+      };
+      const bool no_result = (op == "gather" || op == "reduce") && rank != root;
+      const Tensor& result = has_out ? out : t;
+      for (int64_t i = 0; !no_result && i < result.numel(); ++i)
+        res.wrong += result.item(i) != want(i);
     }
     total_wrong += res.wrong;
     const double size_b = static_cast<double>(count * es);
@@ -386,11 +473,9 @@ int run_sweep(const Options& o) {
   if (rank == 0) {
     std::printf("# rdmacoll all_gather_perf: %d ranks, transport %s, dtype %s, %s\n", world,
                 transport_name().c_str(), short_name(o.dtype),
-                o.single == "all_reduce"       ? "all_reduce (sum, in place)"
-                : o.single == "reduce_scatter" ? "reduce_scatter_tensor (sum)"
-                : o.single == "broadcast"      ? "broadcast (from rank 0)"
-                : o.list                       ? "all_gather (list of tensors)"
-                                               : "all_gather_into_tensor");
+                !o.single.empty() ? find_one_column_op(o.single)->title
+                : o.list          ? "all_gather (list of tensors)"
+                                  : "all_gather_into_tensor");
   }
   if (rank == 0 && o.single.empty()) {
     std::printf("#%11s %12s %8s %10s %9s %9s %8s %10s %10s %10s %9s %9s %8s\n", "size", "count",

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Side-by-side all-gather comparison: rdmacoll against Open MPI, MPICH, torch/gloo and the
+"""Side-by-side comparison of one collective: rdmacoll against Open MPI, MPICH, torch/gloo and the
 memcpy limit, measured in one run on one machine.
 
 Systems are interleaved size by size (every system measures size S before any measures the
@@ -8,7 +8,8 @@ report gives the best and the median over blocks, and the load average before ea
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
       [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
-      [--collective all_gather|all_reduce|reduce_scatter|broadcast]
+      [--collective all_gather|all_reduce|reduce_scatter|broadcast|sendrecv|reduce|alltoall|
+                    gather|scatter]
 
 Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
 size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
@@ -98,10 +99,27 @@ COLLECTIVES = {
                        "(p-1)/p x size"),
     "broadcast": (["-o", "broadcast"], ["bcast"], ["broadcast"], lambda w, s: s, lambda w: 1,
                   "torch 1.13 gloo (broadcast)", "size"),
+    # Issue 24's calls. sendrecv: size is the message; reduce: the tensor (root 0); alltoall:
+    # one rank's whole input (p pieces); gather, scatter: the root's whole tensor (p pieces).
+    "sendrecv": (["-o", "sendrecv"], ["sendrecv"], ["sendrecv"], lambda w, s: s, lambda w: 1,
+                 "torch 1.13 gloo (batch_isend_irecv)", "size"),
+    "reduce": (["-o", "reduce"], ["reduce"], ["reduce"], lambda w, s: s * (w - 1),
+               lambda w: 1, "torch 1.13 gloo (reduce)", "(p-1) x size"),
+    "alltoall": (["-o", "alltoall"], ["alltoall"], ["alltoall"],
+                 lambda w, s: s * (w - 1) // w, lambda w: (w - 1) / w,
+                 "torch 1.13 gloo (all_to_all_single)", "(p-1)/p x size"),
+    "gather": (["-o", "gather"], ["gather"], ["gather"], lambda w, s: s * (w - 1) // w,
+               lambda w: (w - 1) / w, "torch 1.13 gloo (gather)", "(p-1)/p x size"),
+    "scatter": (["-o", "scatter"], ["scatter"], ["scatter"], lambda w, s: s * (w - 1) // w,
+                lambda w: (w - 1) / w, "torch 1.13 gloo (scatter)", "(p-1)/p x size"),
 }
+# A second MPI call timed against the same rdmacoll row: torch's uneven all_to_all_single is
+# MPI_Alltoallv.
+EXTRA_MPI = {"alltoall": ("alltoallv", "MPI_Alltoallv")}
 # The torch helper's mode for rdmacoll's torch backend (it has every call gloo lacks).
 TORCH_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"],
-               "broadcast": ["broadcast"]}
+               "broadcast": ["broadcast"], "sendrecv": ["sendrecv"], "reduce": ["reduce"],
+               "alltoall": ["alltoall"], "gather": ["gather"], "scatter": ["scatter"]}
 
 
 def torch_version(python):
@@ -147,6 +165,12 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
                                                    "tcp,self", "-np", str(w), exe, str(s),
                                                    str(it), "2"] + mode,
                           label="Open MPI 4.1.4 (btl tcp,self)"))
+        if collective in EXTRA_MPI:
+            xmode, xlabel = EXTRA_MPI[collective]
+            out.append(System(f"ompi-{xmode}", "shm",
+                              lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s),
+                                                                str(it), "2", xmode],
+                              label=f"Open MPI 4.1.4 (default, {xlabel})"))
     if "mpich" in helpers and only != "torch":
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
@@ -241,8 +265,8 @@ def main():
                     help="torch: rdmacoll's C++ binary, the torch rows and memcpy only")
     ap.add_argument("--collective", choices=tuple(COLLECTIVES), default="all_gather",
                     help="all_gather (default; files compare.*, busbw.png), or all_reduce, "
-                         "reduce_scatter (float32 SUM), broadcast (files compare_<name>.*, "
-                         "busbw_<name>.png)")
+                         "reduce_scatter, reduce (float32 SUM), broadcast, sendrecv, alltoall, "
+                         "gather, scatter (files compare_<name>.*, busbw_<name>.png)")
     args = ap.parse_args()
     single = args.collective != "all_gather"  # one column set: a redop column in the rows
     stem = f"compare_{args.collective}" if single else "compare"
@@ -321,6 +345,18 @@ def main():
                           "time, as in nccl-tests. torch 1.13's gloo has no reduce_scatter.",
         "broadcast": "broadcast: size is the tensor's bytes, from rank 0 (MPI_Bcast); busbw = "
                      "size / time, as in nccl-tests.",
+        "sendrecv": "sendrecv: size is the message's bytes (float32); every rank sends to rank+1 "
+                    "and receives from rank-1 at once (batch_isend_irecv; MPI_Sendrecv); busbw "
+                    "= size / time, as in nccl-tests.",
+        "reduce": "reduce: size is the tensor's bytes (float32, SUM to rank 0, MPI_Reduce); "
+                  "busbw = size / time, as in nccl-tests.",
+        "alltoall": "alltoall: size is one rank's whole input (p float32 pieces; "
+                    "all_to_all_single with equal splits; MPI_Alltoall and MPI_Alltoallv); busbw "
+                    "= (p-1)/p x size / time, as in nccl-tests.",
+        "gather": "gather: size is the root's whole output (p float32 pieces, to rank 0; "
+                  "MPI_Gather); busbw = (p-1)/p x size / time, as in nccl-tests.",
+        "scatter": "scatter: size is the root's whole input (p float32 pieces, from rank 0; "
+                   "MPI_Scatter); busbw = (p-1)/p x size / time, as in nccl-tests.",
     }
     if args.collective in notes:
         md += [notes[args.collective] + " The memcpy limit copies the bytes one rank must move "

@@ -2,7 +2,10 @@
 default), or with TORCH_BACKEND=rdmacoll (rdmacoll's torch backend, for the Python layer's
 cost). The fourth argument picks the call: none for the all-gather, "allreduce"
 (dist.all_reduce, float32 SUM), "reducescatter" (dist.reduce_scatter_tensor, float32 SUM; the
-size is the input's bytes), "broadcast" (dist.broadcast from rank 0).
+size is the input's bytes), "broadcast" (dist.broadcast from rank 0), "reduce" (dist.reduce to
+rank 0, float32 SUM), "sendrecv" (batch_isend_irecv: to rank+1, from rank-1), "alltoall"
+(dist.all_to_all_single, equal splits), "gather" (to rank 0) and "scatter" (from rank 0) of
+float32 pieces (the size is one rank's whole input, or the root's whole tensor: p pieces).
 
 torch 1.13's gloo backend has no all_gather_into_tensor, so with gloo this gathers with
 all_gather into views of one pre-allocated output tensor (the same memory layout); rdmacoll
@@ -71,6 +74,70 @@ def reduce_scatter(nbytes, iters, warmup, rank, world):
     return total, int((out != expect).sum())
 
 
+def own(r, n):
+    """Rank r's data: exact floats, distinct per rank and position."""
+    return ((torch.arange(n, dtype=torch.int64) + r * 7) % 61).to(torch.float32)
+
+
+def piece(src, dst, m):
+    """The piece rank src sends rank dst in the all-to-all."""
+    return own(src * 5 + dst, m)
+
+
+def more_modes(mode, nbytes, iters, warmup, rank, world):
+    """reduce, sendrecv, alltoall, gather, scatter: the calls issue 24 added."""
+    pieces = mode in ("alltoall", "gather", "scatter")
+    m = max(1, nbytes // 4 // world) if pieces else nbytes // 4
+    total = m * world if pieces else m
+    nxt, prv = (rank + 1) % world, (rank + world - 1) % world
+    if mode == "alltoall":
+        inp = torch.cat([piece(rank, j, m) for j in range(world)])
+    elif mode == "scatter":
+        inp = torch.cat([own(j, m) for j in range(world)])
+    elif mode == "reduce":
+        inp = ((torch.arange(m, dtype=torch.int64) + rank) % 5).to(torch.float32)
+    else:
+        inp = own(rank, m)
+    out = torch.full((m if mode == "scatter" else total,), 99.0)
+    views = list(out.view(world, m)) if mode == "gather" else None
+
+    def call():
+        if mode == "reduce":
+            dist.reduce(inp, 0)
+        elif mode == "sendrecv":
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt),
+                                             dist.P2POp(dist.irecv, out, prv)]):
+                w.wait()
+        elif mode == "alltoall":
+            dist.all_to_all_single(out, inp)
+        elif mode == "gather":
+            dist.gather(inp, views if rank == 0 else None, dst=0)
+        else:
+            dist.scatter(out, list(inp.view(world, m)) if rank == 0 else None, src=0)
+
+    for _ in range(warmup):
+        call()
+    total_s = time_back_to_back(call, iters)
+    if mode == "reduce":
+        inp.copy_(((torch.arange(m, dtype=torch.int64) + rank) % 5).to(torch.float32))
+    out.fill_(99.0)
+    call()
+    if mode == "reduce":
+        expect = sum(((torch.arange(m, dtype=torch.int64) + r) % 5).to(torch.float32)
+                     for r in range(world))
+        wrong = int((inp != expect).sum()) if rank == 0 else 0
+    elif mode == "sendrecv":
+        wrong = int((out != own(prv, m)).sum())
+    elif mode == "alltoall":
+        wrong = int((out != torch.cat([piece(j, rank, m) for j in range(world)])).sum())
+    elif mode == "gather":
+        expect = torch.cat([own(j, m) for j in range(world)])
+        wrong = int((out != expect).sum()) if rank == 0 else 0
+    else:
+        wrong = int((out != own(rank, m)).sum())
+    return total * 4, total_s, wrong
+
+
 def main():
     nbytes, iters, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     backend = os.environ.get("TORCH_BACKEND", "gloo")
@@ -79,6 +146,11 @@ def main():
     dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     mode = sys.argv[4] if len(sys.argv) > 4 else ""
+    if mode in ("reduce", "sendrecv", "alltoall", "gather", "scatter"):
+        size, total, wrong = more_modes(mode, nbytes, iters, warmup, rank, world)
+        report(size, iters, total, wrong, world)
+        dist.destroy_process_group()
+        return
     if mode in ("allreduce", "broadcast", "reducescatter"):
         total, wrong = (all_reduce(nbytes, iters, warmup, rank, world) if mode == "allreduce"
                         else reduce_scatter(nbytes, iters, warmup, rank, world)
