@@ -1,6 +1,7 @@
-// One rank of a chaos run (tests/chaos/chaos.py starts them): random collectives from a seed
-// every rank shares (ops, sizes, dtypes, async or not, subgroups made and destroyed), every
-// element of every output checked. Exit codes the driver counts:
+// One rank of a chaos run (tests/chaos/chaos.py starts them): random collectives, rooted calls,
+// all-to-alls and send/recv rings from a seed every rank shares (ops, sizes, dtypes, roots,
+// splits, async or not, subgroups made and destroyed), every element of every output checked.
+// Exit codes the driver counts:
 //   0  every call right;  3  a clear rdmacoll error (PeerFailure, Timeout, InvalidArgument);
 //   4  a wrong element (printed);  anything else, or a signal: a crash.
 //   chaos_worker <seed> <calls>
@@ -67,11 +68,16 @@ int main(int argc, char** argv) {
         group = new_group(subset);
         members = subset;
       }
-      const int op = pick(5);
+      const int op = pick(10);
       const DType dt = dtypes[pick(6)];
       const int64_t n = sizes[pick(8)];
       const bool async = pick(3) == 0;
       const int src = members[pick(static_cast<int>(members.size()))];
+      // all_to_all's rows from group rank i to j, [i * size + j]: uneven, zeros included.
+      const int gsize = static_cast<int>(members.size());
+      std::vector<int64_t> rows(static_cast<size_t>(gsize) * gsize);
+      for (auto& r : rows)
+        r = pick(4) == 0 ? 0 : n / 8 + pick(3);
       if (!group.is_member()) continue;  // non-members draw alike, then skip
       const int p = group.size();
       const int gr = group.rank();
@@ -113,6 +119,61 @@ int main(int argc, char** argv) {
         broadcast(t, src, group, async).wait();
         for (int64_t i = 0; i < n; ++i)
           expect(t, i, value(src, c, i, dt), what + " broadcast");
+      } else if (op == 5) {  // gather to src
+        Tensor in = zeros({n}, dt), out = zeros({me == src ? p * n : 0}, dt);
+        for (int64_t i = 0; i < n; ++i)
+          in.set(i, value(me, c, i, dt));
+        gather(me == src ? &out : nullptr, in, src, group, async).wait();
+        for (int r = 0; me == src && r < p; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            expect(out, r * n + i, value(members[r], c, i, dt), what + " gather");
+      } else if (op == 6) {  // scatter from src
+        Tensor in = zeros({me == src ? p * n : 0}, dt), out = zeros({n}, dt);
+        for (int r = 0; me == src && r < p; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            in.set(r * n + i, value(members[r], c, i, dt));
+        scatter(out, me == src ? &in : nullptr, src, group, async).wait();
+        for (int64_t i = 0; i < n; ++i)
+          expect(out, i, value(me, c, i, dt), what + " scatter");
+      } else if (op == 7) {  // reduce to src; the others' tensors stay as they were
+        Tensor t = zeros({n}, dt);
+        for (int64_t i = 0; i < n; ++i)
+          t.set(i, value(me, c, i, dt));
+        reduce(t, src, ReduceOp::Sum, group, async).wait();
+        for (int64_t i = 0; i < n; ++i) {
+          double want = 0;
+          for (int m : members)
+            want += value(m, c, i, dt);
+          expect(t, i, me == src ? want : value(me, c, i, dt), what + " reduce");
+        }
+      } else if (op == 8) {  // all_to_all_single, uneven rows of one element
+        auto piece = [&](int from, int to, int64_t k) {
+          return value(members[from], c, to * 1000 + k, dt);
+        };
+        std::vector<int64_t> in_splits(p), out_splits(p);
+        for (int j = 0; j < p; ++j) {
+          in_splits[j] = rows[gr * p + j];
+          out_splits[j] = rows[j * p + gr];
+        }
+        Tensor in = zeros({std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0})}, dt);
+        Tensor out = zeros({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, dt);
+        for (int j = 0, at = 0; j < p; ++j)
+          for (int64_t k = 0; k < in_splits[j]; ++k)
+            in.set(at++, piece(gr, j, k));
+        all_to_all_single(out, in, out_splits, in_splits, group, async).wait();
+        for (int i = 0, at = 0; i < p; ++i)
+          for (int64_t k = 0; k < out_splits[i]; ++k, ++at)
+            expect(out, at, piece(i, gr, k), what + " all_to_all");
+      } else if (op == 9) {  // a ring of send/recv in the group
+        Tensor out = zeros({n}, dt), in = zeros({n}, dt);
+        for (int64_t i = 0; i < n; ++i)
+          out.set(i, value(me, c, i, dt));
+        const int tag = c % (1 << 20);
+        Work s = send(out, members[(gr + 1) % p], group, tag, true);
+        recv(in, members[(gr + p - 1) % p], group, tag, async).wait();
+        s.wait();
+        for (int64_t i = 0; i < n; ++i)
+          expect(in, i, value(members[(gr + p - 1) % p], c, i, dt), what + " send/recv");
       } else {
         barrier(group, async).wait();
       }
