@@ -1,11 +1,64 @@
 #include "engine/eager_slots.hpp"
 
+#include <algorithm>
+#include <mutex>
+
 #include "common/log.hpp"
 
 namespace rdmacoll::engine {
 
+namespace {
+
+// Regions of groups released during the set-up, waiting for their peers' `mapped` words. Weak
+// references: the transport owns the regions and frees them all at its end.
+class WaitingRegions {
+ public:
+  struct Entry {
+    std::weak_ptr<transport::Transport> transport;
+    std::weak_ptr<transport::MemoryRegion> region;
+    uint8_t* local;
+    int p, my_rank;
+    size_t capacity;
+  };
+
+  static WaitingRegions& instance() {
+    static auto* waiting = new WaitingRegions;  // never destroyed: groups outlive statics
+    return *waiting;
+  }
+
+  void add(Entry e) {
+    std::lock_guard lock(mu_);
+    entries_.push_back(std::move(e));
+  }
+
+  // Frees every region whose peers have all mapped it; forgets those whose transport is gone.
+  void sweep() {
+    std::lock_guard lock(mu_);
+    std::erase_if(entries_, [](const Entry& e) {
+      auto t = e.transport.lock();
+      auto region = e.region.lock();
+      if (!t || !region) return true;
+      for (int r = 0; r < e.p; ++r) {
+        if (r != e.my_rank &&
+            EagerSlots::mapped(e.local, r, e.capacity).load(std::memory_order_acquire) == 0)
+          return false;
+      }
+      t->free_mappable(region);
+      return true;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace
+
 void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine) {
   if (state_ == State::Unset) {
+    WaitingRegions::instance().sweep();
+    p_ = p;
     capacity_ = capacity;
     region_ = t.allocate_mappable(region_bytes(p, capacity));
     if (region_ && region_->packed_key().size() > kMaxSlotKeyBytes) {
@@ -24,16 +77,32 @@ void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallD
   }
 }
 
-void EagerSlots::release(transport::Transport& t) {
+void EagerSlots::unmap_peers(transport::Transport& t) {
   for (uint8_t* peer : peers_) {
     if (peer && peer != local_) t.unmap_remote(peer);
   }
   peers_.clear();
-  // Active or Off: every member is past mapping (Off from Unset: nobody maps).
-  if (region_ && (state_ == State::Active || state_ == State::Off)) t.free_mappable(region_);
+}
+
+void EagerSlots::free_region(transport::Transport& t) {
+  if (region_) t.free_mappable(region_);
   region_.reset();
   local_ = nullptr;
   state_ = State::Off;
+}
+
+void EagerSlots::release(const std::shared_ptr<transport::Transport>& t) {
+  unmap_peers(*t);
+  // Active or Off: every member is past mapping (Off from Unset: nobody maps). Otherwise the
+  // peers' `mapped` words say when it may go.
+  if (region_ && state_ != State::Active && state_ != State::Off) {
+    WaitingRegions::instance().add({t, region_, local_, p_, my_rank_, capacity_});
+    region_.reset();
+    local_ = nullptr;
+    state_ = State::Off;
+  }
+  free_region(*t);
+  WaitingRegions::instance().sweep();
 }
 
 void EagerSlots::advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
@@ -46,10 +115,11 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
     for (const auto& d : all)
       offered = offered && !d.slot_key.empty() && d.slot_capacity == capacity_;
     if (!offered) {
-      state_ = State::Off;
-      release(t);
+      unmap_peers(t);
+      free_region(t);
       return;
     }
+    my_rank_ = my_rank;
     peers_.assign(p, nullptr);
     mapped_all_ = true;
     for (int r = 0; r < p; ++r) {
@@ -59,6 +129,9 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
               : static_cast<uint8_t*>(t.map_remote(members[r], all[r].slot_addr,
                                                    region_bytes(p, capacity_), all[r].slot_key));
       mapped_all_ = mapped_all_ && peers_[r] != nullptr;
+      // The owner may free its region once every peer's word is set, so set it only now.
+      if (r != my_rank && peers_[r])
+        mapped(peers_[r], my_rank, capacity_).store(1, std::memory_order_release);
     }
     state_ = State::Mapping;
   } else if (state_ == State::Mapping) {
@@ -66,7 +139,10 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
     for (const auto& d : all)
       everyone = everyone && d.slots_mapped;
     state_ = everyone ? State::Active : State::Off;
-    if (!everyone) release(t);
+    if (!everyone) {
+      unmap_peers(t);
+      free_region(t);
+    }
     log::info("eager slots for a group of " + std::to_string(p) +
               " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
   }

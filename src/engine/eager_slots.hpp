@@ -15,8 +15,14 @@
 // after it has finished reading call seq. So two slots per sender never overwrite unread data.
 //
 // Region layout: a control line (the owner's `sleeping` word), then for every sender s and
-// parity q a slot of slot_bytes(): a 64-byte header (flag = seq + 1 once complete, length),
-// then the serialized descriptor.
+// parity q a slot of slot_bytes(): a 64-byte header (flag = seq + 1 once complete, length,
+// and in parity 0's the sender's `mapped` word), then the serialized descriptor.
+//
+// Freeing: a region may go once no peer can still be about to map it (UCX 1.13 crashes when it
+// unpacks the key of shared memory that is gone). Each peer sets its `mapped` word in our region
+// right after mapping it, so a group destroyed during the set-up (used once) frees its region as
+// soon as every peer's word is set; until then the region waits in a list swept at every
+// release and set-up.
 
 #include <atomic>
 #include <cstddef>
@@ -65,9 +71,10 @@ class EagerSlots {
                const std::vector<CallDescriptor>& all);
 
   // The group is going: unmaps the peers' regions and frees ours once no peer can still be
-  // about to map it (every member's second call said it had mapped, or nobody offered);
-  // before that, the transport keeps ours to its end.
-  void release(transport::Transport& t);
+  // about to map it (every member's second call said it had mapped, nobody offered, or every
+  // peer's `mapped` word is set); before that it waits for the words in the sweep's list, and
+  // the transport keeps it to the transport's end at the latest.
+  void release(const std::shared_ptr<transport::Transport>& t);
 
   uint8_t* local_slot(int sender, uint64_t seq) const {
     return local_ + slot_offset(sender, seq, capacity_);
@@ -79,6 +86,11 @@ class EagerSlots {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot));
   }
   static uint64_t& length(uint8_t* slot) { return *reinterpret_cast<uint64_t*>(slot + 8); }
+  // Set by `sender` in the owner's region once it has mapped it (slot (sender, 0)'s header).
+  static std::atomic_ref<uint64_t> mapped(uint8_t* region, int sender, size_t capacity) {
+    return std::atomic_ref<uint64_t>(
+        *reinterpret_cast<uint64_t*>(region + slot_offset(sender, 0, capacity) + 16));
+  }
   // The word a blocked owner sets to seq + 1, so that writers ring its doorbell.
   std::atomic_ref<uint64_t> local_sleeping() const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(local_));
@@ -88,12 +100,16 @@ class EagerSlots {
   }
 
  private:
+  void unmap_peers(transport::Transport& t);
+  void free_region(transport::Transport& t);
+
   State state_ = State::Unset;
   size_t capacity_ = 0;
   std::shared_ptr<transport::MemoryRegion> region_;
   transport::Bytes key_;
   uint8_t* local_ = nullptr;
   std::vector<uint8_t*> peers_;  // each member's region as mapped here (ours for our rank)
+  int p_ = 0, my_rank_ = -1;
   bool mapped_all_ = false;
 };
 
