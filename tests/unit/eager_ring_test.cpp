@@ -1,6 +1,6 @@
 // The framing of verbs' eager slots (src/transport/verbs/eager_ring.hpp), without a device: what a
-// sender packs reads back whole, a slot that has not fully landed reads as not yet, and a slot
-// whose head claims a length no slot holds raises.
+// sender packs reads back whole, a slot that has not fully landed (in any packet order) reads as
+// not yet, and a slot whose head claims a length no slot holds raises.
 
 #include "transport/verbs/eager_ring.hpp"
 
@@ -62,6 +62,52 @@ TEST(VerbsEagerSlot, HalfLandedSlotIsNotYetAMessage) {
   std::memcpy(tail_only.data() + kHeaderBytes, sender.data() + kHeaderBytes,
               framed_bytes(100) - kHeaderBytes);
   EXPECT_FALSE(read(tail_only.data(), 17));
+}
+
+// Adaptive routing delivers a write's packets in any order: here the head packet and the last
+// (trailer) packet have landed while a middle one still holds the previous message's bytes.
+// The reader must refuse the slot until the middle lands, at every packet size and position.
+TEST(VerbsEagerSlot, TrailerLandedBeforeAMiddlePacketIsNotYetAMessage) {
+  const auto old_data = payload_of(kMaxPayload, 1);
+  for (size_t mtu : {size_t{256}, size_t{1024}}) {
+    for (size_t n : {size_t{600}, size_t{2500}, kMaxPayload}) {
+      std::vector<uint8_t> sender(kSlotBytes, 0), slot(kSlotBytes, 0);
+      pack(slot.data(), 3, 7, old_data.data(), old_data.size());  // the slot's previous message
+      auto data = payload_of(n, 5);
+      pack(sender.data(), 11, 8, data.data(), n);
+      const size_t framed = framed_bytes(n);
+      const size_t packets = (framed + mtu - 1) / mtu;
+      for (size_t missing = 1; missing + 1 < packets; ++missing) {
+        std::vector<uint8_t> landed = slot;
+        for (size_t k = 0; k < packets; ++k) {
+          if (k == missing) continue;
+          const size_t at = k * mtu, len = std::min(mtu, framed - at);
+          std::memcpy(landed.data() + at, sender.data() + at, len);
+        }
+        EXPECT_FALSE(read(landed.data(), 11))
+            << "packet " << missing << " of " << packets << " (MTU " << mtu << ", " << n
+            << " bytes) has not landed";
+        const size_t at = missing * mtu;
+        std::memcpy(landed.data() + at, sender.data() + at, std::min(mtu, framed - at));
+        const auto m = read(landed.data(), 11);
+        ASSERT_TRUE(m) << "every packet landed";
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), m->payload.begin()));
+      }
+    }
+  }
+}
+
+// A single word of the payload (or the tag, or the credit) still old: refused.
+TEST(VerbsEagerSlot, OneStaleWordIsNotYetAMessage) {
+  const auto data = payload_of(512, 9);
+  std::vector<uint8_t> sender(kSlotBytes, 0);
+  pack(sender.data(), 5, 77, data.data(), data.size(), 4);
+  for (size_t at = 8; at < framed_bytes(512) - kTrailerBytes; at += 8) {
+    std::vector<uint8_t> slot = sender;
+    slot[at] ^= 0x40;
+    EXPECT_FALSE(read(slot.data(), 5)) << "byte " << at << " differs";
+  }
+  EXPECT_TRUE(read(sender.data(), 5));
 }
 
 // A credit travels as its low 32 bits; the sender, having sent `sent`, widens it back from

@@ -22,6 +22,20 @@ void store_number(uint8_t* at, uint64_t v) {
   __atomic_store(reinterpret_cast<uint64_t*>(at), &v, __ATOMIC_RELEASE);
 }
 
+// A checksum of [at, at + bytes) (bytes a multiple of 8): a multiply-xorshift per word, so a
+// word that differs, or words in another order, change it. Not cryptographic: it stands
+// against packets landing out of order, not against a peer (an RC peer can write anything).
+uint64_t checksum(const uint8_t* at, size_t bytes) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
+  for (size_t i = 0; i < bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, at + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
 }  // namespace
 
 void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length,
@@ -37,7 +51,8 @@ void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t 
   std::memcpy(out + 16, &tag, 8);
   if (length) std::memcpy(out + kHeaderBytes, data, length);
   std::memset(out + kHeaderBytes + length, 0, round8(length) - length);
-  store_number(out + kHeaderBytes + round8(length), number);
+  const size_t covered = kHeaderBytes - 8 + round8(length);
+  store_number(out + kHeaderBytes + round8(length), number ^ checksum(out + 8, covered));
   store_number(out, number);
 }
 
@@ -50,7 +65,11 @@ std::optional<Message> read(const uint8_t* slot, uint64_t number) {
                          std::to_string(len) + " bytes; a slot holds " +
                          std::to_string(kMaxPayload));
   }
-  if (load_number(slot + kHeaderBytes + round8(len)) != number) return std::nullopt;
+  // The acquire load of the head orders the reads below after it; the bytes may still be
+  // landing, which the checksum catches.
+  const uint64_t trailer = load_number(slot + kHeaderBytes + round8(len));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (trailer != (number ^ checksum(slot + 8, kHeaderBytes - 8 + round8(len)))) return std::nullopt;
   Message m;
   std::memcpy(&m.credit, slot + 12, 4);
   std::memcpy(&m.tag, slot + 16, 8);

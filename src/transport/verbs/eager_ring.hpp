@@ -31,11 +31,14 @@
 //
 // A slot: the message's number (8 bytes; the first message is 1), its length (4), the credit
 // (4: the low half of how many of the reader's messages the writer has taken), its tag (8), the
-// payload rounded up to 8 bytes, then the number again as a trailer. The receiver trusts a slot
-// once head and trailer both carry the number it expects: an RC write lands in address order on the
-// HCAs the fast path has always relied on, and the ring's memory is registered without relaxed
-// ordering, so the trailer lands last. Numbers only grow, so a slot's previous message never passes
-// for the next one.
+// payload rounded up to 8 bytes, then a trailer: the number XOR a 64-bit checksum of everything
+// between head and trailer. The receiver trusts a slot once the head carries the number it
+// expects and the trailer matches what it computes over the bytes in the slot. No landing order
+// is assumed: InfiniBand gives none within a message, and adaptive routing (NCCL enables it by
+// default) or RoCE packet spraying deliver a multi-packet write's packets in any order, so a
+// trailer may land before a middle packet; the checksum then fails and the reader looks again.
+// A slot's previous message never passes for the next one: its head carries another number.
+// Cost: one multiply per 8 bytes on each side (about 0.3 us for a full slot).
 
 #include <cstddef>
 #include <cstdint>

@@ -886,6 +886,8 @@ class VerbsTransport final : public Transport {
     int remaining = 1;
   };
 
+  bool placement_logged_ = false;
+
   // One RC QP on our CQ; its number.
   uint32_t create_qp(Lane& lane) {
     ibv_qp_init_attr a{};
@@ -903,6 +905,16 @@ class VerbsTransport final : public Transport {
     }
     if (!lane.qp) throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
     inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
+    if (!placement_logged_) {
+      // Eager slots check a checksum, so they do not depend on the answer; it is logged for
+      // whoever compares fabrics (adaptive routing, packet spraying).
+      placement_logged_ = true;
+      const int in_order = ibv_query_qp_data_in_order(lane.qp, IBV_WR_RDMA_WRITE, 0);
+      log::info(std::string("verbs: RDMA WRITE data ") +
+                (in_order == 1 ? "lands in order" : "may land out of order") +
+                " on this device (ibv_query_qp_data_in_order); eager slots verify each "
+                "message's checksum either way");
+    }
     return lane.qp->qp_num;
   }
 
