@@ -195,6 +195,9 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
 
   // Where every rank runs (hwloc): host, NUMA node, nearest NIC; drives the rank orders.
   const topology::LocalPlacement here = topology::probe();
+  if (!here.nic.empty())
+    log::info("rank " + std::to_string(w->rank) + ": RDMA device " + here.nic + " (" +
+              here.nic_why + ")");
   const std::string text = here.serialize();
   for (const auto& b : rv.all_gather("rdmacoll/topo/", Bytes(text.begin(), text.end()))) {
     w->placements.push_back(topology::LocalPlacement::parse(std::string(b.begin(), b.end())));

@@ -3,6 +3,7 @@
 #include <hwloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -47,12 +48,12 @@ std::string host_identity() {
   return name;
 }
 
-// The OS device of `type` whose locality (its non-I/O ancestor) covers the most of the binding;
-// on equal cover the tightest locality (a package's device over a machine-wide one), then the
-// lower name. "" when there is none.
-std::string nearest_osdev(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
-                          hwloc_const_cpuset_t binding) {
-  std::string best;
+// The OS devices of `type` whose locality (its non-I/O ancestor) covers the most of the binding,
+// on equal cover the tightest locality (a package's device over a machine-wide one); in name
+// order ("mlx5_2" before "mlx5_10"). Empty when there is none.
+std::vector<std::string> nearest_osdevs(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
+                                        hwloc_const_cpuset_t binding) {
+  std::vector<std::string> best;
   int best_cover = -1;
   int best_width = 0;
   for (hwloc_obj_t o = hwloc_get_next_osdev(t, nullptr); o; o = hwloc_get_next_osdev(t, o)) {
@@ -63,14 +64,30 @@ std::string nearest_osdev(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
     hwloc_bitmap_and(common.b, anc->cpuset, binding);
     const int cover = hwloc_bitmap_weight(common.b);
     const int width = hwloc_bitmap_weight(anc->cpuset);
-    if (cover > best_cover || (cover == best_cover && width < best_width) ||
-        (cover == best_cover && width == best_width && o->name < best)) {
+    if (cover > best_cover || (cover == best_cover && width < best_width)) {
       best_cover = cover;
       best_width = width;
-      best = o->name;
+      best.clear();
     }
+    if (cover == best_cover && width == best_width) best.emplace_back(o->name);
   }
+  std::sort(best.begin(), best.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
   return best;
+}
+
+// The launcher's local rank, or 0.
+int launcher_local_rank() {
+  for (const char* name :
+       {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0 && r < (1 << 24)) return static_cast<int>(r);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -104,11 +121,24 @@ LocalPlacement probe(const ProbeOptions& options) {
   p.numa_node = enclosing_index(topo.t, HWLOC_OBJ_NUMANODE, binding.b);
   p.package = enclosing_index(topo.t, HWLOC_OBJ_PACKAGE, binding.b);
 
-  p.netdev = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_NETWORK, binding.b);
+  const int local = options.local_rank >= 0 ? options.local_rank : launcher_local_rank();
+  auto pick = [&](const std::vector<std::string>& tied) {
+    return tied.empty() ? std::string() : tied[static_cast<size_t>(local) % tied.size()];
+  };
+  p.netdev = pick(nearest_osdevs(topo.t, HWLOC_OBJ_OSDEV_NETWORK, binding.b));
   if (const auto dev = settings::text("RDMACOLL_IB_DEVICE")) {
     p.nic = *dev;
+    p.nic_why = "RDMACOLL_IB_DEVICE";
   } else {
-    p.nic = nearest_osdev(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
+    const auto tied = nearest_osdevs(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
+    p.nic = pick(tied);
+    if (tied.size() == 1) {
+      p.nic_why = "the one nearest this rank's CPU binding";
+    } else if (tied.size() > 1) {
+      p.nic_why = std::to_string(tied.size()) +
+                  " equally near this rank's CPU binding; local rank " + std::to_string(local) +
+                  " takes number " + std::to_string(local % tied.size());
+    }
   }
   return p;
 }

@@ -16,6 +16,7 @@ struct LocalPlacement {
   int package = -1;     // likewise for the package (socket)
   std::string nic;      // nearest RDMA device ("" when there is none)
   std::string netdev;   // nearest network interface ("" when there is none)
+  std::string nic_why;  // how the NIC was chosen, for the info log (not exchanged)
 
   std::string serialize() const;
   static LocalPlacement parse(const std::string& text);
@@ -24,11 +25,17 @@ struct LocalPlacement {
 struct ProbeOptions {
   std::string xml_file;       // hwloc XML to read instead of this machine (tests); "" = live
   std::vector<int> bind_pus;  // PUs (OS indices) the rank is bound to; empty = its binding
+  // This rank's index among its host's ranks; -1: the launcher's (LOCAL_RANK from torchrun and
+  // rdmacoll-run, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0.
+  int local_rank = -1;
 };
 
 // Reads hwloc. The NIC is the OpenFabrics device whose locality (its non-I/O ancestor) covers
-// the most of the binding: same package or NUMA node first; ties go to the lower name.
-// RDMACOLL_IB_DEVICE, when set, wins. The network interface is chosen the same way.
+// the most of the binding, the tightest such locality first (same package or NUMA node). Where
+// several tie (unbound ranks, as torchrun leaves them, tie over every NIC; ranks bound to a
+// socket tie over its NICs), the local rank picks among them in name order, so the ranks of a
+// multi-rail host spread over its rails instead of all taking the first. RDMACOLL_IB_DEVICE,
+// when set, wins. The network interface is chosen the same way.
 LocalPlacement probe(const ProbeOptions& options = {});
 
 // Per rank: host index (hosts numbered by first appearance in rank order) and local index

@@ -194,6 +194,38 @@ TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
   unsetenv("RDMACOLL_IB_DEVICE");
 }
 
+// An 8-rail node (tests/unit/data/two_sockets_eight_nics.xml: two sockets of 4 cores, mlx5_0-3
+// on socket 0, mlx5_4-7 on socket 1). Unbound ranks (torchrun binds none) tie over all eight and
+// spread by local rank; ranks bound to a core or a socket tie over its socket's four and spread
+// over those; RDMACOLL_IB_DEVICE still wins.
+TEST(NicChoice, RanksSpreadOverTheRailsTheirBindingReaches) {
+  unsetenv("RDMACOLL_IB_DEVICE");
+  const std::string xml = std::string(TEST_DATA_DIR) + "/two_sockets_eight_nics.xml";
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int local = 0; local < 8; ++local) {
+    const auto unbound = topology::probe({xml, all, local});
+    EXPECT_EQ(unbound.nic, "mlx5_" + std::to_string(local)) << "unbound local rank " << local;
+    EXPECT_EQ(unbound.netdev, "ib" + std::to_string(local));
+    EXPECT_NE(unbound.nic_why.find("8 equally near"), std::string::npos) << unbound.nic_why;
+    // Bound to its own core (ranks 0-3 on socket 0, 4-7 on socket 1, as --bind-to core does).
+    const auto core = topology::probe({xml, {local}, local});
+    EXPECT_EQ(core.nic, "mlx5_" + std::to_string(local)) << "bound local rank " << local;
+    // Bound to socket 1 whatever its local rank: one of socket 1's four.
+    const auto socket1 = topology::probe({xml, {4, 5, 6, 7}, local});
+    EXPECT_EQ(socket1.nic, "mlx5_" + std::to_string(4 + local % 4));
+  }
+  // The launcher's local rank when none is given.
+  setenv("LOCAL_RANK", "6", 1);
+  EXPECT_EQ(topology::probe({xml, all}).nic, "mlx5_6");
+  unsetenv("LOCAL_RANK");
+  setenv("SLURM_LOCALID", "3", 1);
+  EXPECT_EQ(topology::probe({xml, all}).nic, "mlx5_3");
+  unsetenv("SLURM_LOCALID");
+  setenv("RDMACOLL_IB_DEVICE", "mlx5_7", 1);
+  EXPECT_EQ(topology::probe({xml, {0}, 0}).nic, "mlx5_7");
+  unsetenv("RDMACOLL_IB_DEVICE");
+}
+
 TEST(NicChoice, LiveMachineProbeWorks) {
   const auto p = topology::probe();
   EXPECT_FALSE(p.host.empty());

@@ -222,6 +222,9 @@ OpenDevice open_device(const std::string& preferred = "") {
     return out;
   }
   std::string seen;
+  // A rank whose nearest NIC has no ACTIVE port may use another only on the same kind of
+  // fabric (link layer): an Ethernet port beside an InfiniBand rail is another network.
+  int preferred_link_layer = -1;
   for (int d = 0; d < n && !out.ctx; ++d) {
     const std::string name = ibv_get_device_name(list[d]);
     if (want_dev && name != want_dev) continue;
@@ -236,6 +239,13 @@ OpenDevice open_device(const std::string& preferred = "") {
       if (want_port && want_port != p) continue;
       ibv_port_attr pa{};
       if (ibv_query_port(ctx, p, &pa) != 0) continue;
+      if (!want_dev && name == preferred && preferred_link_layer < 0)
+        preferred_link_layer = pa.link_layer;
+      if (preferred_link_layer >= 0 && name != preferred && pa.link_layer != preferred_link_layer) {
+        seen += " " + name + ":" + std::to_string(p) + "(another link layer than " + preferred +
+                ", the nearest device)";
+        continue;
+      }
       if (pa.state != IBV_PORT_ACTIVE) {
         seen += " " + name + ":" + std::to_string(p) + "(" + ibv_port_state_str(pa.state) + ")";
         continue;
@@ -264,6 +274,11 @@ OpenDevice open_device(const std::string& preferred = "") {
     if (!out.ctx) ibv_close_device(ctx);
   }
   ibv_free_device_list(list);
+  if (out.ctx && !want_dev && !preferred.empty() && out.choice.device != preferred) {
+    log::warn("verbs: " + preferred + ", the RDMA device nearest this rank, has no usable port (" +
+              seen + " ); using " + out.choice.device +
+              " on the same link layer. Set RDMACOLL_IB_DEVICE to choose.");
+  }
   if (!out.ctx) {
     out.choice.reason = std::string("no ACTIVE RDMA port") +
                         (want_dev ? std::string(" on RDMACOLL_IB_DEVICE=") + want_dev : "") +
