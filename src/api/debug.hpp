@@ -16,6 +16,8 @@ std::string transport_counters();
 
 // The transport's footprint (transport::Transport::Footprint), as "name=value ..." text.
 std::string transport_footprint();
+// What the transport has in flight (verbs: "sends_in_flight=N send_buffers_in_use=M").
+std::string transport_in_flight();
 
 // Peers the transport has opened a connection to (Footprint::connected_peers).
 uint64_t connected_peers();

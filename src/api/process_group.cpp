@@ -149,6 +149,12 @@ std::string transport_footprint() {
   return os.str();
 }
 
+std::string transport_in_flight() {
+  const auto f = require_world("transport_in_flight").transport->footprint();
+  return "sends_in_flight=" + std::to_string(f.sends_in_flight) +
+         " send_buffers_in_use=" + std::to_string(f.send_buffers_in_use);
+}
+
 uint64_t connected_peers() {
   return require_world("connected_peers").transport->footprint().connected_peers;
 }

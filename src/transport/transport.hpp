@@ -225,6 +225,10 @@ class Transport {
     uint64_t pinned_control_bytes = 0;
     uint64_t cq_entries = 0;
     uint64_t connected_peers = 0;
+    // Verbs: work requests staged or posted (capped; each takes a CQ entry) and the shared
+    // send buffers in use; both return to 0 once nothing is in flight, failures included.
+    uint64_t sends_in_flight = 0;
+    uint64_t send_buffers_in_use = 0;
   };
   virtual Footprint footprint() const { return {}; }
 

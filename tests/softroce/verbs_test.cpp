@@ -774,6 +774,75 @@ TEST(Verbs, SendRecvTagsRingAndAnySource) {
       opt));
 }
 
+// A peer killed in the middle of a 4 MiB write it receives: the writer raises PeerFailure (or
+// Timeout) within the timeout, a second group keeps running meanwhile and after, and the
+// writer's caps on sends in flight and its send buffers come back to where they were (the
+// failed peer's QPs go to ERR and what was posted there is retired at once).
+TEST(Verbs, PeerKilledMidWriteLeavesCapsAndBuffersAtTheirBaseline) {
+  RunOptions opt;
+  opt.init = false;
+  opt.kill_on_failure = false;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "60"}};
+  auto results = run_ranks(
+      3,
+      [](int rank, int) {
+        init_as_own_host(rank);
+        require_verbs();
+        Group pair = new_group({0, 1});
+        const int64_t n = (4 << 20) / 4;
+        auto reduce_pair = [&](int iter) {
+          Tensor t = zeros({1000});
+          for (int64_t i = 0; i < 1000; ++i)
+            t.set(i, rank + iter + i % 3);
+          all_reduce(t, ReduceOp::Sum, pair);
+          for (int64_t i = 0; i < 1000; ++i)
+            RANK_CHECK(t.item(i) == 1 + 2 * (iter + i % 3), "iter " << iter << " element " << i);
+        };
+        // Quiet again: the last calls' own completions polled (later calls progress them).
+        auto settle = [&](const std::string& want) {
+          for (int i = 0; i < 50 && detail::transport_in_flight() != want; ++i)
+            barrier(pair);
+          return detail::transport_in_flight();
+        };
+        std::string baseline;
+        if (rank != 2) {
+          reduce_pair(0);
+          baseline = settle("sends_in_flight=0 send_buffers_in_use=0");
+        }
+        barrier();  // every QP up; rank 2's too
+        if (rank == 2) {
+          Tensor big = zeros({n});
+          Work w = recv(big, 0, {}, 0, true);
+          // Dies once the first bytes have landed: the write is under way.
+          const volatile float* first = static_cast<const float*>(big.data());
+          while (*first == 0.0f)
+            std::this_thread::yield();
+          ::raise(SIGKILL);
+        }
+        if (rank == 0) {
+          Tensor big = zeros({n});
+          for (int64_t i = 0; i < n; ++i)
+            big.set(i, 1 + i % 5);
+          Work w = send(big, 2, {}, 0, true);
+          for (int iter = 1; iter <= 5; ++iter)
+            reduce_pair(iter);
+          testing::expect_peer_failure_or_timeout([&] { w.wait(); });
+        } else {
+          for (int iter = 1; iter <= 5; ++iter)
+            reduce_pair(iter);
+        }
+        for (int iter = 6; iter <= 10; ++iter)
+          reduce_pair(iter);
+        const std::string after = settle(baseline);
+        RANK_CHECK(after == baseline, "in flight before " << baseline << ", after " << after);
+        destroy_process_group();
+      },
+      opt);
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
+}
+
 TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};

@@ -79,7 +79,9 @@ constexpr std::chrono::microseconds kConnectPollMax{10'000};
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
 constexpr int kMaxLanes = 16;
 
-// wr_id: kind (2 bits) | lane (6) | peer (24) | request id, or receive slot (32).
+// wr_id: kind (2 bits) | lane (6) | peer (24) | the lane's work-request number, or receive slot
+// (32). Every work request has a number of its own, so a completion names exactly one; the
+// lane's Posted entry maps it to its request (64-bit ids, which never wrap).
 enum WrKind : uint64_t { kRecvWr = 0, kSendWr = 1, kWriteWr = 2 };
 uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id, uint32_t lane = 0) {
   return (static_cast<uint64_t>(kind) << 62) | (static_cast<uint64_t>(lane) << 56) |
@@ -574,7 +576,7 @@ class VerbsTransport final : public Transport {
     Bytes msg(8 + length);
     std::memcpy(msg.data(), &tag, 8);
     if (length) std::memcpy(msg.data() + 8, data, length);
-    const uint32_t id = track(req);
+    const uint64_t id = track(req);
     // inflight_ holds the request until its completion, and a failed peer's backlog is dropped,
     // so the raw pointer outlives every call of the builder (no lookup per message).
     VerbsRequest* const r = req.get();
@@ -609,7 +611,8 @@ class VerbsTransport final : public Transport {
         st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(bytes.size()),
                   ctrl_mr_->mr->lkey};
       }
-      st.wr.wr_id = make_wr_id(kSendWr, peer, id);
+      st.wr.wr_id = make_wr_id(kSendWr, peer, 0);
+      st.request = id;
       if (eager) {
         // A plain write: the receiver polls its ring (and is rung if it sleeps, eager_ring.hpp).
         r->eager = true;
@@ -656,7 +659,7 @@ class VerbsTransport final : public Transport {
     count_write(peer, length);
     const auto& local = static_cast<const VerbsMemoryRegion&>(src);
     const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
-    const uint32_t id = track(req);
+    const uint64_t id = track(req);
     const uint32_t imm = verbs_imm::immediate(signal);
     // Pieces of at most RDMACOLL_IB_CHUNK, dealt to the lanes in turn; on each lane only the
     // last piece carries the immediate (RC keeps a lane's pieces in order), so the receiver
@@ -676,7 +679,8 @@ class VerbsTransport final : public Transport {
       const uint32_t rkey = remote.rkey;
       submit(peer, lane, [=](Staged& st) {
         st.sge = {from, static_cast<uint32_t>(n), lkey};
-        st.wr.wr_id = make_wr_id(kWriteWr, peer, id, static_cast<uint32_t>(lane));
+        st.wr.wr_id = make_wr_id(kWriteWr, peer, 0, static_cast<uint32_t>(lane));
+        st.request = id;
         st.wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
         st.wr.imm_data = htonl(imm);
         st.wr.wr.rdma.remote_addr = to;
@@ -831,6 +835,8 @@ class VerbsTransport final : public Transport {
   Footprint footprint() const override {
     Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_slots_);
     f.cq_entries = cq_size_;
+    f.sends_in_flight = static_cast<uint64_t>(sends_in_flight_);
+    f.send_buffers_in_use = kSendBuffers - free_send_.size();
     return f;
   }
 
@@ -846,10 +852,12 @@ class VerbsTransport final : public Transport {
   struct Staged {
     ibv_send_wr wr{};
     ibv_sge sge{};
-    Bytes inline_bytes;  // an inline send's bytes, copied into the work request by the post
+    Bytes inline_bytes;    // an inline send's bytes, copied into the work request by the post
+    uint64_t request = 0;  // inflight_'s key (a write's pieces share it)
   };
   struct Posted {
-    uint32_t id;  // the request (a write's pieces share it)
+    uint64_t request;
+    uint32_t number;  // the work request's own number on its lane (its wr_id's low half)
     bool signaled;
   };
   // One QP to a peer and its send queue's bookkeeping.
@@ -858,6 +866,7 @@ class VerbsTransport final : public Transport {
     std::deque<Posted> posted;   // on the send queue, in post order
     std::vector<Staged> staged;  // built since the last flush
     int since_signal = 0;
+    uint32_t next_number = 0;  // for the next posted work request
     // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
     std::deque<std::function<bool(Staged&)>> backlog;
     size_t in_queue() const { return posted.size() + staged.size(); }
@@ -1208,8 +1217,8 @@ class VerbsTransport final : public Transport {
     }
   }
 
-  uint32_t track(const std::shared_ptr<VerbsRequest>& req) {
-    const uint32_t id = next_id_++;
+  uint64_t track(const std::shared_ptr<VerbsRequest>& req) {
+    const uint64_t id = next_id_++;
     inflight_[id] = req;
     return id;
   }
@@ -1261,25 +1270,32 @@ class VerbsTransport final : public Transport {
         p.since_signal = 0;
         ++counters_.signaled;
       }
-      p.posted.push_back({static_cast<uint32_t>(st.wr.wr_id), signal});
+      const uint32_t number = p.next_number++;
+      st.wr.wr_id = (st.wr.wr_id & ~uint64_t{0xffffffff}) | number;
+      p.posted.push_back({st.request, number, signal});
     }
     ++counters_.doorbells;
     counters_.work_requests += n;
     ibv_send_wr* bad = nullptr;
     const int e = ibv_post_send(p.qp, &p.staged[0].wr, &bad);
     if (e) {
-      // Work requests from `bad` on were not posted; the peer is unusable for us now.
+      // Work requests from `bad` on were not posted: they leave `posted` and go back with
+      // their send buffers and caps below (mark_failed retires what is left).
       size_t unposted = n;
       for (size_t i = 0; i < n; ++i) {
         if (&p.staged[i].wr == bad) unposted = n - i;
       }
+      std::vector<uint64_t> requests;
       for (size_t i = 0; i < unposted && !p.posted.empty(); ++i) {
+        requests.push_back(p.posted.back().request);
         p.posted.pop_back();
         --sends_in_flight_;
       }
       p.staged.clear();
       mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
                             " failed: " + errno_text(e));
+      for (uint64_t r : requests)
+        complete_one(peer, r, false);
       return true;
     }
     p.staged.clear();
@@ -1346,7 +1362,7 @@ class VerbsTransport final : public Transport {
     const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
     int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
     int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
-    const uint32_t id = static_cast<uint32_t>(wc.wr_id);
+    const uint32_t id = static_cast<uint32_t>(wc.wr_id);  // receive slot, or the lane's number
     if (kind == kRecvWr) {
       // A shared receive: the QP it arrived on says from whom. Its slot goes back to the
       // shared queue whatever happened to the message.
@@ -1551,33 +1567,35 @@ class VerbsTransport final : public Transport {
   template <typename Fill>
   void post_unawaited_write(int peer, Fill fill) {
     auto req = std::make_shared<VerbsRequest>(peer);
-    const uint32_t id = track(req);
+    const uint64_t id = track(req);
     ++req->pieces;
     submit(peer, 0, [peer, id, fill](Staged& st) {
-      st.wr.wr_id = make_wr_id(kWriteWr, peer, id);
+      st.wr.wr_id = make_wr_id(kWriteWr, peer, 0);
+      st.request = id;
       fill(st);
       return true;
     });
   }
 
-  // A completion for request `id`'s work request on `peer`'s QP: RC completes in order, so it
-  // also retires every unsignaled one posted before it. An error completion may name an
-  // unsignaled one (flushed); one already retired is ignored.
-  void complete_through(int peer, int lane, uint32_t id, bool ok) {
+  // A completion for work request `number` on `peer`'s lane: RC completes in order, so it also
+  // retires every unsignaled one posted before it. An error completion may name an unsignaled
+  // one (flushed); one already retired (mark_failed retires all) is ignored.
+  void complete_through(int peer, int lane, uint32_t number, bool ok) {
     Lane& p = peers_[peer].lanes[lane];
-    auto end = std::find_if(p.posted.begin(), p.posted.end(),
-                            [&](const Posted& x) { return x.id == id && (x.signaled || !ok); });
+    auto end = std::find_if(p.posted.begin(), p.posted.end(), [&](const Posted& x) {
+      return x.number == number && (x.signaled || !ok);
+    });
     if (end == p.posted.end()) return;
-    std::vector<uint32_t> done;
+    std::vector<uint64_t> done;
     for (auto it = p.posted.begin(); it != std::next(end); ++it)
-      done.push_back(it->id);
+      done.push_back(it->request);
     p.posted.erase(p.posted.begin(), std::next(end));
     sends_in_flight_ -= static_cast<int>(done.size());
-    for (uint32_t d : done)
+    for (uint64_t d : done)
       complete_one(peer, d, ok);
   }
 
-  void complete_one(int peer, uint32_t id, bool ok) {
+  void complete_one(int peer, uint64_t id, bool ok) {
     Peer& p = peers_[peer];
     auto it = inflight_.find(id);
     if (it != inflight_.end()) {
@@ -1597,9 +1615,34 @@ class VerbsTransport final : public Transport {
     }
   }
 
+  // The first failure of a peer moves its QPs to ERR, so nothing posted keeps reading our
+  // buffers (a user's tensor after its call returned), and retires what was staged or posted
+  // there: the caps on sends in flight and the send buffers come back now, not with flush
+  // completions that unsignaled work requests may never produce.
   void mark_failed(int peer, std::string why) {
     if (peer < 0 || peer >= world_) return;
-    if (!peers_[peer].failure) peers_[peer].failure = std::move(why);
+    Peer& p = peers_[peer];
+    const bool first = !p.failure;
+    if (first) p.failure = std::move(why);
+    if (first && peer != me_) {
+      std::vector<uint64_t> retired;
+      for (Lane& l : p.lanes) {
+        if (l.qp) {
+          ibv_qp_attr a{};
+          a.qp_state = IBV_QPS_ERR;
+          ibv_modify_qp(l.qp, &a, IBV_QP_STATE);
+        }
+        for (const Posted& x : l.posted)
+          retired.push_back(x.request);
+        for (const Staged& st : l.staged)
+          retired.push_back(st.request);
+        sends_in_flight_ -= static_cast<int>(l.posted.size() + l.staged.size());
+        l.posted.clear();
+        l.staged.clear();
+      }
+      for (uint64_t r : retired)
+        complete_one(peer, r, false);
+    }
     fail_all_of(peer);
   }
 
@@ -1673,8 +1716,8 @@ class VerbsTransport final : public Transport {
   std::chrono::microseconds connect_poll_ = kConnectPollFirst;
   int connect_timer_ = -1;  // timerfd: wakes a sleeper when the store is due a look
   PeerLiveness liveness_;
-  uint32_t next_id_ = 1;
-  std::unordered_map<uint32_t, std::shared_ptr<VerbsRequest>> inflight_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<VerbsRequest>> inflight_;
   std::map<std::pair<int, uint32_t>, Expected> expects_;
   std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
   verbs_imm::TokenTable tokens_;                     // which calls expect writes
