@@ -1,0 +1,213 @@
+// Opening the RDMA device a rank uses: which device, port and GID (fabric.hpp decides the GID),
+// fork safety, and the verbs settings read before any QP exists.
+#include "transport/verbs/device.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+#include "common/log.hpp"
+#include "common/settings.hpp"
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport::verbs_device {
+
+// A registered setting's value (common/settings), nullptr when unset or empty.
+const char* env(const char* name) {
+  (void)settings::spec(name);
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string errno_text(int e) {
+  return std::strerror(e) + std::string(" (errno ") + std::to_string(e) + ")";
+}
+
+// Fork safety, once per process, before any registration. Kernels from 5.13 keep pinned pages
+// of a forked parent correct by themselves (ibv_is_fork_initialized() says UNNEEDED); there
+// ibv_fork_init() would only mark every registered range MADV_DONTFORK at page granularity, and
+// heap tensors share pages with other objects, so a forked child (torch's DataLoader workers)
+// would crash touching them. As UCX does: call it only when the kernel needs it, or when
+// RDMACOLL_FORK_INIT=1 asks; RDMACOLL_FORK_INIT=0 never calls it.
+void init_fork_safety() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string setting = settings::choice("RDMACOLL_FORK_INIT");
+    const bool forced = setting == "1";
+    const bool refused = setting == "0";
+    const ibv_fork_status status = ibv_is_fork_initialized();
+    if (status == IBV_FORK_ENABLED) return;
+    if (refused || (status == IBV_FORK_UNNEEDED && !forced)) {
+      log::info(
+          status == IBV_FORK_UNNEEDED
+              ? "verbs: the kernel keeps registered memory fork-safe; ibv_fork_init not needed"
+              : "verbs: ibv_fork_init skipped (RDMACOLL_FORK_INIT=0): a forked child may "
+                "corrupt registered buffers");
+      return;
+    }
+    if (const int e = ibv_fork_init()) {
+      const std::string why = "verbs: ibv_fork_init failed: " + errno_text(e);
+      if (forced) throw TransportError(why + " (RDMACOLL_FORK_INIT=1)");
+      log::warn(why + "; registered buffers are not fork-safe on this kernel");
+      return;
+    }
+    log::info("verbs: ibv_fork_init done (this kernel needs it for fork safety)");
+  });
+}
+
+// A verbs setting within its registered bounds (common/settings).
+int env_int(const char* name, int fallback) {
+  return static_cast<int>(settings::count(name, static_cast<uint64_t>(fallback)));
+}
+
+// RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
+uint16_t env_pkey() {
+  const char* v = env("RDMACOLL_IB_PKEY");
+  if (!v) return 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 0);
+  if (*end || x < 1 || x > 0xffff) {
+    throw InvalidArgument(
+        std::string("RDMACOLL_IB_PKEY: expected a P_Key from 0x1 to 0xffff, got '") +
+        settings::shown(v) + "'");
+  }
+  return static_cast<uint16_t>(x);
+}
+
+// The traffic class the administrator set for the port (the mlx5 sysfs knob, "Global
+// tclass=106" or a number), or -1.
+int sysfs_traffic_class(const std::string& device, int port) {
+  std::ifstream f("/sys/class/infiniband/" + device + "/tc/" + std::to_string(port) +
+                  "/traffic_class");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto digits = text.find_last_of("0123456789");
+  if (digits == std::string::npos) return -1;
+  auto first = text.find_last_not_of("0123456789", digits);
+  first = first == std::string::npos ? 0 : first + 1;
+  const int tc = std::atoi(text.substr(first, digits - first + 1).c_str());
+  return tc >= 0 && tc <= 255 ? tc : -1;
+}
+
+// The port's GID table, as fabric::select_gid takes it.
+std::vector<fabric::GidEntry> gid_table(ibv_context* ctx, int port, int table_len) {
+  std::vector<fabric::GidEntry> t;
+  for (int i = 0; i < table_len; ++i) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, i, &e, 0) != 0) continue;
+    fabric::GidEntry g;
+    g.index = i;
+    std::memcpy(g.gid.data(), e.gid.raw, 16);
+    g.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? fabric::GidType::RoCEv2
+             : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? fabric::GidType::RoCEv1
+                                                  : fabric::GidType::IB;
+    t.push_back(g);
+  }
+  return t;
+}
+
+OpenDevice open_device(const std::string& preferred) {
+  OpenDevice out;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list || n == 0) {
+    if (list) ibv_free_device_list(list);
+    out.choice.reason = "no RDMA devices (ibv_get_device_list found none)";
+    return out;
+  }
+  const char* want_dev = env("RDMACOLL_IB_DEVICE");
+  // The topology's nearest NIC goes first when it has an ACTIVE port; the others follow.
+  if (!want_dev && !preferred.empty()) {
+    std::stable_partition(list, list + n,
+                          [&](ibv_device* d) { return preferred == ibv_get_device_name(d); });
+  }
+  const int want_port = static_cast<int>(settings::count("RDMACOLL_IB_PORT", 0));
+  const int want_gid = static_cast<int>(settings::count("RDMACOLL_GID_INDEX", UINT16_MAX + 1));
+  const char* family_text = env("RDMACOLL_IB_ADDR_FAMILY");
+  const auto family = fabric::parse_addr_family(family_text ? family_text : "");
+  std::optional<fabric::AddrRange> range;
+  std::string range_error;
+  if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
+    range = fabric::parse_addr_range(r, &range_error);
+    if (!range) {
+      ibv_free_device_list(list);
+      out.choice.reason = "RDMACOLL_IB_ADDR_RANGE: " + range_error;
+      return out;
+    }
+  }
+  if (!family) {
+    ibv_free_device_list(list);
+    out.choice.reason =
+        std::string("RDMACOLL_IB_ADDR_FAMILY=") + family_text + " is neither ipv4 nor ipv6";
+    return out;
+  }
+  std::string seen;
+  // A rank whose nearest NIC has no ACTIVE port may use another only on the same kind of
+  // fabric (link layer): an Ethernet port beside an InfiniBand rail is another network.
+  int preferred_link_layer = -1;
+  for (int d = 0; d < n && !out.ctx; ++d) {
+    const std::string name = ibv_get_device_name(list[d]);
+    if (want_dev && name != want_dev) continue;
+    ibv_context* ctx = ibv_open_device(list[d]);
+    if (!ctx) {
+      seen += " " + name + "(cannot open: " + errno_text(errno) + ")";
+      continue;
+    }
+    ibv_device_attr dattr{};
+    ibv_query_device(ctx, &dattr);
+    for (int p = 1; p <= dattr.phys_port_cnt; ++p) {
+      if (want_port && want_port != p) continue;
+      ibv_port_attr pa{};
+      if (ibv_query_port(ctx, p, &pa) != 0) continue;
+      if (!want_dev && name == preferred && preferred_link_layer < 0)
+        preferred_link_layer = pa.link_layer;
+      if (preferred_link_layer >= 0 && name != preferred && pa.link_layer != preferred_link_layer) {
+        seen += " " + name + ":" + std::to_string(p) + "(another link layer than " + preferred +
+                ", the nearest device)";
+        continue;
+      }
+      if (pa.state != IBV_PORT_ACTIVE) {
+        seen += " " + name + ":" + std::to_string(p) + "(" + ibv_port_state_str(pa.state) + ")";
+        continue;
+      }
+      int gid = want_gid <= UINT16_MAX ? want_gid : -1;
+      if (gid >= pa.gid_tbl_len) {
+        seen += " " + name + ":" + std::to_string(p) + "(RDMACOLL_GID_INDEX " +
+                std::to_string(gid) + " is past its GID table of " +
+                std::to_string(pa.gid_tbl_len) + ")";
+        continue;
+      }
+      if (gid < 0) {
+        const fabric::GidChoice c =
+            fabric::select_gid(gid_table(ctx, p, pa.gid_tbl_len), *family, range);
+        if (c.index < 0) {
+          seen += " " + name + ":" + std::to_string(p) + "(" + c.why_none + ")";
+          continue;
+        }
+        gid = c.index;
+      }
+      out.ctx = ctx;
+      out.port_attr = pa;
+      out.choice = {true, "", name, p, gid < 0 ? 0 : gid};
+      break;
+    }
+    if (!out.ctx) ibv_close_device(ctx);
+  }
+  ibv_free_device_list(list);
+  if (out.ctx && !want_dev && !preferred.empty() && out.choice.device != preferred) {
+    log::warn("verbs: " + preferred + ", the RDMA device nearest this rank, has no usable port (" +
+              seen + " ); using " + out.choice.device +
+              " on the same link layer. Set RDMACOLL_IB_DEVICE to choose.");
+  }
+  if (!out.ctx) {
+    out.choice.reason = std::string("no ACTIVE RDMA port") +
+                        (want_dev ? std::string(" on RDMACOLL_IB_DEVICE=") + want_dev : "") +
+                        (seen.empty() ? "" : "; seen:" + seen);
+  }
+  return out;
+}
+
+}  // namespace rdmacoll::transport::verbs_device
