@@ -1,0 +1,180 @@
+// Completions: the CQ's work completions, shared receives and control messages, peer failures
+// (QPs to ERR, what was in flight retired) and async events.
+
+#include "transport/verbs/transport_impl.hpp"
+
+namespace rdmacoll::transport::verbs_impl {
+
+void VerbsTransport::post_recv(int slot) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(slot)), kCtrlBytes, ctrl_mr_->mr->lkey};
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slot));
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (const int e = ibv_post_srq_recv(srq_, &wr, &bad)) {
+    for (int r = 0; r < world_; ++r) {
+      if (r != me_) mark_failed(r, "ibv_post_srq_recv failed: " + errno_text(e));
+    }
+  }
+}
+
+void VerbsTransport::deliver(VerbsRequest& req, std::span<const uint8_t> payload) {
+  if (payload.size() > req.recv_capacity) {
+    req.fail("control message of " + std::to_string(payload.size()) + " bytes from rank " +
+             std::to_string(req.peer()) + " exceeds the receive buffer of " +
+             std::to_string(req.recv_capacity));
+    return;
+  }
+  if (!payload.empty()) std::memcpy(req.recv_buffer, payload.data(), payload.size());
+  req.complete(payload.size());
+}
+
+void VerbsTransport::handle(const ibv_wc& wc) {
+  const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
+  int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
+  int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
+  const uint32_t id = static_cast<uint32_t>(wc.wr_id);  // receive slot, or the lane's number
+  if (kind == kRecvWr) {
+    // A shared receive: the QP it arrived on says from whom. Its slot goes back to the
+    // shared queue whatever happened to the message.
+    struct Repost {
+      VerbsTransport* self;
+      int slot;
+      ~Repost() { self->post_recv(slot); }
+    } repost{this, static_cast<int>(id)};
+    const auto from = lane_of_qpn_.find(wc.qp_num);
+    if (from == lane_of_qpn_.end()) return;
+    peer = from->second.first;
+    lane = from->second.second;
+    if (wc.status != IBV_WC_SUCCESS) {
+      mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
+                            "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
+                            " QP from rank " + std::to_string(peer));
+      return;
+    }
+    handle_receive(wc, peer, lane, id);
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
+                          "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
+                          " QP to rank " + std::to_string(peer));
+    complete_through(peer, lane, id, false);
+    return;
+  }
+  complete_through(peer, lane, id, true);
+}
+
+void VerbsTransport::handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && (ntohl(wc.imm_data) & eager_ring::kImm)) {
+    // A ring: a peer found our sleep epoch. It will not ring again for that epoch, so the
+    // next sleep announces a new one.
+    sleep_announced_ = false;
+  } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    const auto key = std::make_pair(peer, ntohl(wc.imm_data));
+    auto it = expects_.find(key);
+    if (it == expects_.end()) {
+      // A write for a call that is over (it failed; its token is fenced or given out again
+      // after a full turn) completes nothing; one for a live call that has not posted its
+      // expect yet waits for it.
+      if (tokens_.live(verbs_imm::token_of(key.second))) ++arrived_[key];
+    } else if (--it->second.remaining == 0) {
+      it->second.request->complete();
+      expects_.erase(it);
+    }
+  } else if (lane != 0) {  // control messages travel on lane 0 only
+    mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
+                          std::to_string(lane));
+  } else {
+    const uint8_t* buf = recv_buffer(static_cast<int>(slot));
+    uint64_t tag = 0;
+    std::memcpy(&tag, buf, 8);
+    dispatch_control(peer, tag,
+                     std::span<const uint8_t>(buf + 8, std::max<uint32_t>(wc.byte_len, 8) - 8));
+  }
+}
+
+void VerbsTransport::dispatch_control(int peer, uint64_t tag, std::span<const uint8_t> payload) {
+  const auto key = std::make_pair(peer, tag);
+  auto it = pending_recvs_.find(key);
+  if (it != pending_recvs_.end()) {
+    deliver(static_cast<VerbsRequest&>(*it->second.front()), payload);
+    it->second.pop_front();
+    if (it->second.empty()) pending_recvs_.erase(it);
+  } else {
+    unexpected_[key].emplace_back(payload.begin(), payload.end());
+  }
+}
+
+void VerbsTransport::mark_failed(int peer, std::string why) {
+  if (peer < 0 || peer >= world_) return;
+  Peer& p = peers_[peer];
+  const bool first = !p.failure;
+  if (first) p.failure = std::move(why);
+  if (first && peer != me_) {
+    std::vector<uint64_t> retired;
+    for (Lane& l : p.lanes) {
+      if (l.qp) {
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(l.qp, &a, IBV_QP_STATE);
+      }
+      for (const Posted& x : l.posted)
+        retired.push_back(x.request);
+      for (const Staged& st : l.staged)
+        retired.push_back(st.request);
+      sends_in_flight_ -= static_cast<int>(l.posted.size() + l.staged.size());
+      l.posted.clear();
+      l.staged.clear();
+    }
+    for (uint64_t r : retired)
+      complete_one(peer, r, false);
+  }
+  fail_all_of(peer);
+}
+
+void VerbsTransport::fail_all_of(int peer) {
+  const std::string why = *peers_[peer].failure;
+  for (auto& [id, req] : inflight_) {
+    if (req->peer() == peer && req->state() == Request::State::Pending) req->fail(why);
+  }
+  for (auto& lane : peers_[peer].lanes)
+    lane.backlog.clear();
+}
+
+bool VerbsTransport::drain_async() {
+  ibv_async_event ev;
+  bool any = false;
+  for (;;) {
+    ++counters_.event_syscalls;
+    if (ibv_get_async_event(ctx_, &ev) != 0) break;
+    any = true;
+    std::string what = ibv_event_type_str(ev.event_type);
+    const bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL ||
+                          ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                          ev.event_type == IBV_EVENT_QP_ACCESS_ERR;
+    for (int r = 0; r < world_ && qp_event; ++r) {
+      const auto& lanes = peers_[r].lanes;
+      if (std::any_of(lanes.begin(), lanes.end(),
+                      [&](const Lane& l) { return l.qp == ev.element.qp; })) {
+        mark_failed(r, "async event '" + what + "' on " + choice_.device + " QP to rank " +
+                           std::to_string(r));
+      }
+    }
+    // A port event concerns us only on our port (a dual-port HCA's other port may go down).
+    const bool our_port_down =
+        ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == choice_.port;
+    const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
+    const bool our_srq_lost = ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq_;
+    if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost || our_srq_lost) {
+      for (int r = 0; r < world_; ++r) {
+        if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
+      }
+    }
+    ibv_ack_async_event(&ev);
+  }
+  return any;
+}
+
+}  // namespace rdmacoll::transport::verbs_impl

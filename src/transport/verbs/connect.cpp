@@ -1,0 +1,307 @@
+// Connections: a pair's QPs are made when either side first uses the other, through the store
+// (see Link in transport_impl.hpp); our address; the fabric settings the QPs take.
+
+#include "transport/verbs/transport_impl.hpp"
+
+namespace rdmacoll::transport::verbs_impl {
+
+Bytes VerbsTransport::address(int my_rank, int world_size) {
+  me_ = my_rank;
+  world_ = world_size;
+  const uint64_t peers = static_cast<uint64_t>(std::max(world_size - 1, 0));
+  // Ranks of a host spread their completion interrupts over the device's vectors.
+  const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
+  cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(lanes_));
+  cq_ = ibv_create_cq(ctx_, static_cast<int>(cq_size_), nullptr, channel_, vector);
+  if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
+  // Every QP takes its receives from one shared queue, as UCX's RC transports do.
+  ibv_srq_init_attr srq_attr{};
+  srq_attr.attr.max_wr = kSrqDepth;
+  srq_attr.attr.max_sge = 1;
+  srq_ = ibv_create_srq(pd_, &srq_attr);
+  if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
+  // One registered pool for control buffers: the shared receives, then the shared sends.
+  ctrl_pool_.assign(verbs_plan::plan(0, 1).pinned_control_bytes, 0);
+  ctrl_mr_ = std::make_unique<MrEntry>();
+  constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
+  ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
+  if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
+  for (int s = 0; s < kSendBuffers; ++s)
+    free_send_.push_back(s);
+  peers_.resize(world_size);
+  Bytes wire(sizeof(WireInfo));
+  WireInfo info{};
+  std::memcpy(info.gid, gid_.raw, 16);
+  info.lid = port_attr_.lid;
+  info.mtu = static_cast<uint8_t>(port_attr_.active_mtu);
+  info.link_layer = port_attr_.link_layer;
+  info.lanes = static_cast<uint8_t>(lanes_);
+  info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
+  std::memcpy(wire.data(), &info, sizeof info);
+  return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
+}
+
+void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
+  if (!store_) throw TransportError("verbs: no store to connect peers through");
+  std::vector<std::pair<std::string, pid_t>> hosts;
+  for (int r = 0; r < world_; ++r) {
+    PeerAddress a = decode_peer_address(addresses[r], r);
+    hosts.emplace_back(a.host, static_cast<pid_t>(a.pid));
+    if (r == my_rank) continue;
+    WireInfo info{};
+    if (a.payload.size() != sizeof info) {
+      throw TransportError("verbs: rank " + std::to_string(r) +
+                           " published no verbs address (is it using another transport?)");
+    }
+    std::memcpy(&info, a.payload.data(), sizeof info);
+    if (info.lanes != lanes_) {
+      throw TransportError("verbs: rank " + std::to_string(r) + " uses " +
+                           std::to_string(info.lanes) + " QPs per peer and this rank " +
+                           std::to_string(lanes_) +
+                           "; set RDMACOLL_IB_QPS_PER_PEER the same on every rank");
+    }
+    if (info.piece_bytes < 4096) {
+      throw TransportError("verbs: rank " + std::to_string(r) + " cuts writes into pieces of " +
+                           std::to_string(info.piece_bytes) + " bytes (RDMACOLL_IB_CHUNK)");
+    }
+    const std::string clash = fabric::incompatibility(port_attr_.link_layer, info.link_layer,
+                                                      "rank " + std::to_string(r));
+    if (!clash.empty()) throw TransportError("verbs: " + clash);
+    peers_[r].info = info;
+  }
+  for (int s = 0; s < kSrqDepth; ++s)
+    post_recv(s);
+  liveness_.reset(hosts);
+  for (int r = 0; r < world_; ++r) {
+    if (r == my_rank) continue;
+    if (auto gone = liveness_.watch(r)) mark_failed(r, *gone);
+  }
+}
+
+uint32_t VerbsTransport::create_qp(Lane& lane) {
+  ibv_qp_init_attr a{};
+  a.send_cq = cq_;
+  a.recv_cq = cq_;
+  a.qp_type = IBV_QPT_RC;
+  a.srq = srq_;
+  a.cap.max_send_wr = kSendDepth;
+  a.cap.max_send_sge = 1;
+  a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
+  lane.qp = ibv_create_qp(pd_, &a);
+  if (!lane.qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
+    a.cap.max_inline_data = 0;
+    lane.qp = ibv_create_qp(pd_, &a);
+  }
+  if (!lane.qp) throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
+  inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
+  if (!placement_logged_) {
+    // Eager slots check a checksum, so they do not depend on the answer; it is logged for
+    // whoever compares fabrics (adaptive routing, packet spraying).
+    placement_logged_ = true;
+    const int in_order = ibv_query_qp_data_in_order(lane.qp, IBV_WR_RDMA_WRITE, 0);
+    log::info(std::string("verbs: RDMA WRITE data ") +
+              (in_order == 1 ? "lands in order" : "may land out of order") +
+              " on this device (ibv_query_qp_data_in_order); eager slots verify each "
+              "message's checksum either way");
+  }
+  return lane.qp->qp_num;
+}
+
+void VerbsTransport::read_fabric_settings() {
+  FabricSettings f;
+  const int sysfs_tc = sysfs_traffic_class(choice_.device, choice_.port);
+  f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
+  f.service_level = env_int("RDMACOLL_IB_SL", 0);
+  f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
+  f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
+  f.grh_required = (port_attr_.flags & IBV_QPF_GRH_REQUIRED) != 0;
+  if (const uint16_t want = env_pkey()) {
+    std::vector<uint16_t> table;
+    for (int i = 0; i < port_attr_.pkey_tbl_len; ++i) {
+      __be16 pkey = 0;
+      if (ibv_query_pkey(ctx_, choice_.port, i, &pkey) != 0) break;
+      table.push_back(ntohs(pkey));
+    }
+    f.pkey_index = fabric::select_pkey_index(table, want);
+    if (f.pkey_index < 0) {
+      throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
+                           " (RDMACOLL_IB_PKEY) is not in " + choice_.device + ":" +
+                           std::to_string(choice_.port) + "'s P_Key table of " +
+                           std::to_string(table.size()) + " entries");
+    }
+  }
+  fabric_ = f;
+  std::array<uint8_t, 16> g{};
+  std::memcpy(g.data(), gid_.raw, 16);
+  ibv_gid_entry entry{};
+  const bool typed = ibv_query_gid_ex(ctx_, choice_.port, choice_.gid_index, &entry, 0) == 0;
+  const char* type = !typed                                   ? "?"
+                     : entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                     : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                              : "IB";
+  log::info("verbs: " + choice_.device + ":" + std::to_string(choice_.port) + " GID index " +
+            std::to_string(choice_.gid_index) + " " + fabric::gid_text(g) + " (" + type +
+            "), traffic class " + std::to_string(f.traffic_class) +
+            (env("RDMACOLL_IB_TC") ? " (RDMACOLL_IB_TC)"
+             : sysfs_tc >= 0       ? " (sysfs)"
+                                   : "") +
+            ", SL " + std::to_string(f.service_level) + ", P_Key index " +
+            std::to_string(f.pkey_index) + ", MTU " + std::to_string(128 << port_attr_.active_mtu) +
+            ", timeout " + std::to_string(f.timeout) + ", retry " + std::to_string(f.retry_count) +
+            ", writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
+            std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") + " per peer" +
+            (f.grh_required ? ", GRH required" : ""));
+}
+
+std::string VerbsTransport::store_key(const char* what, int from, int to) const {
+  return std::string("rdmacoll/verbs/") + what + "/" + std::to_string(from) + "/" +
+         std::to_string(to);
+}
+
+void VerbsTransport::touch(int peer) {
+  Peer& p = peers_[peer];
+  if (p.link != Link::Down || p.failure) return;
+  try {
+    p.lanes.resize(static_cast<size_t>(lanes_));
+    Bytes qpns(4 * static_cast<size_t>(lanes_) + kEagerWire);
+    for (int l = 0; l < lanes_; ++l) {
+      const uint32_t qpn = create_qp(p.lanes[l]);
+      lane_of_qpn_[qpn] = {peer, l};
+      std::memcpy(qpns.data() + 4 * l, &qpn, 4);
+    }
+    make_eager_ring(peer);
+    const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block);
+    const uint32_t rkey = p.eager.mr ? p.eager.mr->rkey : 0;
+    const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
+    uint8_t* e = qpns.data() + 4 * lanes_;
+    std::memcpy(e, &ring, 8);
+    std::memcpy(e + 8, &rkey, 4);
+    std::memcpy(e + 12, &slots, 4);
+    p.link = Link::Offered;
+    ++connected_;
+    connecting_.push_back(peer);
+    next_connect_poll_ = Clock::now();
+    connect_poll_ = kConnectPollFirst;
+    store_->set(store_key("qp", me_, peer), qpns);
+  } catch (const std::exception& e) {
+    mark_failed(peer, "connecting to rank " + std::to_string(peer) + ": " + e.what());
+  }
+}
+
+bool VerbsTransport::advance_connections(Clock::time_point now) {
+  if (connecting_.empty() || now < next_connect_poll_) return false;
+  bool any = false;
+  std::erase_if(connecting_, [&](int peer) {
+    const Link before = peers_[peer].link;
+    const bool finished = advance(peer);
+    any = any || finished || peers_[peer].link != before;
+    return finished;
+  });
+  connect_poll_ = any ? kConnectPollFirst : std::min(connect_poll_ * 2, kConnectPollMax);
+  next_connect_poll_ = Clock::now() + connect_poll_;
+  return any;
+}
+
+bool VerbsTransport::advance(int peer) {
+  Peer& p = peers_[peer];
+  if (p.failure) return true;
+  try {
+    if (p.link == Link::Offered) {
+      const std::string theirs = store_key("qp", peer, me_);
+      if (!store_->check(theirs)) return false;
+      const Bytes qpns = store_->get(theirs, std::chrono::seconds(10));
+      const size_t want = 4 * static_cast<size_t>(lanes_) + kEagerWire;
+      uint32_t their_slots = 0;
+      if (qpns.size() == want) std::memcpy(&their_slots, qpns.data() + want - 4, 4);
+      if (qpns.size() != want || their_slots > eager_ring::kMaxSlots) {
+        mark_failed(peer, "rank " + std::to_string(peer) + " published " +
+                              std::to_string(qpns.size()) + " bytes of QP numbers and " +
+                              std::to_string(their_slots) + " eager slots, not " +
+                              std::to_string(want) + " bytes and at most " +
+                              std::to_string(eager_ring::kMaxSlots));
+        return true;
+      }
+      if (p.eager.slots > 0 && their_slots > 0) {
+        std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
+        std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
+        p.eager.their_slots = static_cast<int>(their_slots);
+        // The peer writes into our ring only after it has seen our "up", published below; it
+        // has no sleep epoch of ours yet, so the next sleep announces one to all.
+        eager_peers_.push_back(peer);
+        sleep_announced_ = false;
+      }
+      delay_for_test(me_);
+      for (int l = 0; l < lanes_; ++l) {
+        uint32_t qpn = 0;
+        std::memcpy(&qpn, qpns.data() + 4 * l, 4);
+        bring_up(peer, l, p.info, qpn);
+      }
+      p.link = Link::Up;
+      store_->set(store_key("up", me_, peer), Bytes{1});
+    }
+    if (!store_->check(store_key("up", peer, me_))) return false;
+    p.link = Link::Ready;
+    log::trace("verbs: connected to rank " + std::to_string(peer));
+    return true;
+  } catch (const std::exception& e) {
+    mark_failed(peer, "connecting to rank " + std::to_string(peer) + " through the " +
+                          store_->describe() + ": " + e.what());
+    return true;
+  }
+}
+
+void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn) {
+  ibv_qp* qp = peers_[r].lanes[lane].qp;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = static_cast<uint16_t>(fabric_.pkey_index);
+  a.port_num = static_cast<uint8_t>(choice_.port);
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  check_modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, r,
+               "INIT");
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(std::min<int>(info.mtu, port_attr_.active_mtu));
+  a.dest_qp_num = their_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = static_cast<uint8_t>(choice_.port);
+  a.ah_attr.dlid = info.lid;
+  a.ah_attr.sl = static_cast<uint8_t>(fabric_.service_level);
+  std::array<uint8_t, 16> mine{}, theirs{};
+  std::memcpy(mine.data(), gid_.raw, 16);
+  std::memcpy(theirs.data(), info.gid, 16);
+  if (fabric::needs_grh(port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET, fabric_.grh_required,
+                        info.lid, mine, theirs)) {
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, info.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(choice_.gid_index);
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.traffic_class = static_cast<uint8_t>(fabric_.traffic_class);
+  }
+  check_modify(qp, a,
+               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+               r, "RTR");
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = static_cast<uint8_t>(fabric_.timeout);
+  a.retry_cnt = static_cast<uint8_t>(fabric_.retry_count);
+  a.rnr_retry = 7;  // infinite: a receiver between reposts is not an error
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  check_modify(qp, a,
+               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                   IBV_QP_MAX_QP_RD_ATOMIC,
+               r, "RTS");
+}
+
+void VerbsTransport::check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state) {
+  if (const int e = ibv_modify_qp(qp, &a, mask)) {
+    throw TransportError("verbs: QP to rank " + std::to_string(r) + " on " + choice_.device +
+                         " cannot reach " + state + ": " + errno_text(e));
+  }
+}
+
+}  // namespace rdmacoll::transport::verbs_impl

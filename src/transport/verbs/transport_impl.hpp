@@ -1,0 +1,514 @@
+#pragma once
+// The verbs transport's class, shared by the files that implement it (as NCCL's net_ib and Gloo's
+// ibverbs split theirs): verbs_transport.cpp (the Transport interface), connect.cpp (QPs made
+// on first use through the store), send_queue.cpp (staging, doorbells, retiring completions),
+// completions.cpp (the CQ, receives, failures, async events), eager_channel.cpp (the write ring
+// for control messages), device.cpp (finding and opening the device). Nothing outside
+// src/transport/verbs includes it.
+
+#include "transport/verbs/verbs_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/timerfd.h>
+#include <ucm/api/ucm.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include "common/log.hpp"
+#include "common/settings.hpp"
+#include "rdmacoll/errors.hpp"
+#include "rdmacoll/store.hpp"
+#include "transport/peer_liveness.hpp"
+#include "transport/verbs/device.hpp"
+#include "transport/verbs/eager_ring.hpp"
+#include "transport/verbs/fabric.hpp"
+#include "transport/verbs/footprint.hpp"
+#include "transport/verbs/immediates.hpp"
+#include "transport/verbs/mr_cache.hpp"
+
+namespace rdmacoll::transport::verbs_impl {
+
+using verbs_device::env;
+using verbs_device::env_int;
+using verbs_device::env_pkey;
+using verbs_device::errno_text;
+using verbs_device::gid_table;
+using verbs_device::init_fork_safety;
+using verbs_device::open_device;
+using verbs_device::OpenDevice;
+using verbs_device::sysfs_traffic_class;
+
+using verbs_plan::kCtrlBytes;
+using verbs_plan::kSendBuffers;
+using verbs_plan::kSendDepth;
+using verbs_plan::kSendsInFlight;
+using verbs_plan::kSrqDepth;
+constexpr size_t kMaxWrite = size_t{1} << 30;
+static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
+// Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
+// inside the work request (no DMA read of a send buffer) where the device offers it; work
+// requests built between two progress() calls are chained and posted with one doorbell, and only
+// the last of a batch (and every kSignalEvery-th) asks for a completion: RC completes in order,
+// so one completion retires everything posted before it.
+constexpr uint32_t kWantInline = 256;
+constexpr int kSignalEvery = 16;
+// Async events (port, QP, CQ errors) are read at most this often while busy, and after every
+// sleep (their fd is among those waited on): not with a read(2) per progress() call.
+constexpr std::chrono::milliseconds kAsyncEventInterval{10};
+// A remote host that dies while we only wait for it (nothing of ours on its QP) sends no error;
+// every this often a peer we wait on gets a zero-byte RDMA write (no memory touched, nothing
+// completes at the peer). Its ACK proves the peer's NIC alive; a dead host makes it fail after
+// RDMACOLL_IB_TIMEOUT x (RDMACOLL_IB_RETRY_CNT + 1), which marks the peer failed.
+constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
+// Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
+// RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
+constexpr int kQpTimeout = 20;
+constexpr int kRetryCount = 7;
+// A peer's QPs are made on its first use, through the store (see Link). The store is asked
+// whether the peer's half has arrived after this delay, doubling to the maximum while nothing
+// comes: a first call pays a few store round trips, and a peer that is late costs the store
+// one request per peer every 10 ms.
+constexpr std::chrono::microseconds kConnectPollFirst{100};
+constexpr std::chrono::microseconds kConnectPollMax{10'000};
+
+// RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
+// the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
+// last piece carrying the immediate, and the receiver counts one arrival per lane used. On
+// fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
+// one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
+constexpr int kMaxLanes = 16;
+
+// wr_id: kind (2 bits) | lane (6) | peer (24) | the lane's work-request number, or receive slot
+// (32). Every work request has a number of its own, so a completion names exactly one; the
+// lane's Posted entry maps it to its request (64-bit ids, which never wrap).
+enum WrKind : uint64_t { kRecvWr = 0, kSendWr = 1, kWriteWr = 2 };
+inline uint64_t make_wr_id(WrKind kind, uint32_t peer, uint32_t id, uint32_t lane = 0) {
+  return (static_cast<uint64_t>(kind) << 62) | (static_cast<uint64_t>(lane) << 56) |
+         (static_cast<uint64_t>(peer) << 32) | id;
+}
+
+class VerbsRequest final : public Request {
+ public:
+  explicit VerbsRequest(int peer) : Request(peer) {}
+  int pieces = 0;      // outstanding work requests of a write
+  int send_slot = -1;  // control send buffer in use
+  bool eager = false;  // a control message written into the peer's eager slots
+  void* recv_buffer = nullptr;
+  size_t recv_capacity = 0;
+};
+
+// The control buffers' registration.
+struct MrEntry {
+  ibv_mr* mr = nullptr;
+  ~MrEntry() {
+    if (mr) ibv_dereg_mr(mr);
+  }
+};
+
+// A buffer inside a registration from the cache (which may cover more than the buffer).
+class VerbsMemoryRegion final : public MemoryRegion {
+ public:
+  VerbsMemoryRegion(void* base, size_t length, std::shared_ptr<const MrCache::Region> r)
+      : MemoryRegion(base, length), registration(std::move(r)) {}
+  Bytes packed_key() const override {
+    Bytes b(4);
+    const uint32_t rkey = mr() ? mr()->rkey : 0;
+    std::memcpy(b.data(), &rkey, 4);
+    return b;
+  }
+  uint32_t lkey() const { return mr() ? mr()->lkey : 0; }
+  ibv_mr* mr() const { return static_cast<ibv_mr*>(registration->handle); }
+  std::shared_ptr<const MrCache::Region> registration;
+};
+
+class VerbsRemoteRegion final : public RemoteRegion {
+ public:
+  VerbsRemoteRegion(int peer, uint64_t base, size_t length, uint32_t rkey)
+      : RemoteRegion(peer, base, length), rkey(rkey) {}
+  uint32_t rkey;
+};
+
+// Payload of our published address after the pid/host framing.
+struct WireInfo {
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t mtu;
+  uint8_t link_layer;
+  uint8_t lanes;  // RDMACOLL_IB_QPS_PER_PEER: must match on every rank
+  uint8_t pad[3];
+  uint32_t piece_bytes;  // RDMACOLL_IB_CHUNK: how the sender cuts (the receiver counts lanes)
+  // A peer's QP numbers travel later, through the store, when the pair first talks.
+};
+
+// How many lanes a write of `length` bytes, cut into pieces of `piece` bytes, uses: the
+// sender stripes and the receiver counts arrivals by the same rule.
+inline int lanes_used(size_t length, size_t piece, int lanes) {
+  const size_t pieces = std::max<size_t>(1, (length + piece - 1) / piece);
+  return static_cast<int>(std::min<size_t>(pieces, static_cast<size_t>(lanes)));
+}
+
+// RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
+// so a NIC with several engines or QPs works on them side by side.
+inline size_t write_piece_bytes() {
+  static_assert(kMaxWrite == size_t{1} << 30, "RDMACOLL_IB_CHUNK's registered maximum");
+  return settings::count("RDMACOLL_IB_CHUNK", size_t{1} << 20);
+}
+
+inline int lanes_per_peer() {
+  static_assert(kMaxLanes == 16, "RDMACOLL_IB_QPS_PER_PEER's registered maximum");
+  return static_cast<int>(settings::count("RDMACOLL_IB_QPS_PER_PEER", 1));
+}
+
+// RDMACOLL_IB_EAGER_SLOTS: eager slots per connected peer (0: control messages go as SENDs).
+inline int eager_slots_per_peer() {
+  static_assert(eager_ring::kMaxSlots == 64, "RDMACOLL_IB_EAGER_SLOTS's registered maximum");
+  return static_cast<int>(settings::count("RDMACOLL_IB_EAGER_SLOTS", eager_ring::kDefaultSlots));
+}
+
+// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
+inline size_t mr_cache_bytes() {
+  return settings::count("RDMACOLL_MR_CACHE_MB", 2048) << 20;
+}
+
+class VerbsTransport final : public Transport {
+ public:
+  explicit VerbsTransport(const std::string& preferred_device);
+
+  ~VerbsTransport() override;
+
+  std::string name() const override { return "verbs"; }
+  std::string describe() const override;
+
+  Bytes address(int my_rank, int world_size) override;
+
+  void set_connection_store(std::shared_ptr<Store> store) override { store_ = std::move(store); }
+
+  // Checks every rank's device against ours; QPs come later, on first use (see Link).
+  void connect(int my_rank, const std::vector<Bytes>& addresses) override;
+
+  std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override;
+
+  void forget_registration(const MemoryRegion& region) override;
+
+  std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
+                                              std::span<const uint8_t> packed_key) override;
+
+  RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override;
+
+  size_t max_message_bytes() const override { return kCtrlBytes - 8; }
+
+  RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) override;
+
+  RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
+                   size_t dst_offset, size_t length, uint64_t signal) override;
+
+  uint64_t reserve_token() override;
+
+  void release_token(uint64_t token, bool failed) override;
+
+  RequestPtr expect(int peer, MemoryRegion&, size_t, size_t length, uint64_t signal) override;
+
+  void cancel(const RequestPtr& request) override;
+
+  bool progress() override;
+
+  bool prepare_wait() override;
+
+  void wait_fds(std::vector<pollfd>& fds) override;
+
+  void after_wait() override;
+
+  uint64_t registrations() const override { return cache_->stats().registrations; }
+  Counters counters() const override { return counters_; }
+  // The plan for the peers connected so far; the CQ was sized in address() for every peer,
+  // which the cap on sends in flight bounds (verbs_plan::cq_entries).
+  Footprint footprint() const override;
+
+  std::optional<std::string> peer_failure(int peer) override;
+
+ private:
+  // A work request built and waiting for its batch's doorbell (flush).
+  struct Staged {
+    ibv_send_wr wr{};
+    ibv_sge sge{};
+    Bytes inline_bytes;    // an inline send's bytes, copied into the work request by the post
+    uint64_t request = 0;  // inflight_'s key (a write's pieces share it)
+  };
+  struct Posted {
+    uint64_t request;
+    uint32_t number;  // the work request's own number on its lane (its wr_id's low half)
+    bool signaled;
+  };
+  // One QP to a peer and its send queue's bookkeeping.
+  struct Lane {
+    ibv_qp* qp = nullptr;
+    std::deque<Posted> posted;   // on the send queue, in post order
+    std::vector<Staged> staged;  // built since the last flush
+    int since_signal = 0;
+    uint32_t next_number = 0;  // for the next posted work request
+    // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
+    std::deque<std::function<bool(Staged&)>> backlog;
+    size_t in_queue() const { return posted.size() + staged.size(); }
+  };
+  // A pair's QPs are made when either side first uses the other (a send, a write, a receive
+  // or an expected write: every transfer has two ends in the same call, so the other side
+  // comes too). Each side publishes its QP numbers in the store (key qp/<from>/<to>), brings
+  // its QPs to RTS with the peer's, and publishes up/<from>/<to>; work for the peer waits in
+  // the lanes' backlogs until the peer's "up" is seen, since a QP not yet at RTR drops what
+  // arrives without a NAK and the sender retries only after the QP timeout (seconds), as
+  // perftest and NCCL's net_ib note. Nothing blocks: progress() looks at the store.
+  enum class Link : uint8_t { Down, Offered, Up, Ready };
+  struct Peer {
+    std::vector<Lane> lanes;  // lane 0 carries control messages; made on first use
+    Link link = Link::Down;
+    WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
+    std::optional<std::string> failure;
+    // Eager slots (eager_ring.hpp): our ring, which the peer writes, and where we write in its
+    // ring. Both sides use them only when both published a ring.
+    struct Eager {
+      uint8_t* block = nullptr;  // our ring, then the credit and epoch lines
+      ibv_mr* mr = nullptr;
+      int slots = 0;
+      uint64_t taken = 0;     // messages taken from our ring
+      uint64_t credited = 0;  // `taken` as last written back to the peer
+      uint64_t rung = 0;      // the peer's sleep epoch we last rang it for
+      uint64_t credit = 0;    // the highest credit the peer's messages carried
+      uint64_t their_ring = 0;
+      uint32_t their_rkey = 0;
+      int their_slots = 0;
+      uint64_t sent = 0;  // messages written into the peer's ring
+    } eager;
+    bool idle() const {
+      return std::all_of(lanes.begin(), lanes.end(),
+                         [](const Lane& l) { return l.in_queue() == 0 && l.backlog.empty(); });
+    }
+  };
+  // An expected write's request and the lanes' immediates still to come.
+  struct Expected {
+    RequestPtr request;
+    int remaining = 1;
+  };
+
+  bool placement_logged_ = false;
+
+  // One RC QP on our CQ; its number.
+  uint32_t create_qp(Lane& lane);
+
+  // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's first QP transitions back when
+  // RDMACOLL_TEST_QP_DELAY_RANK names it (the handshake test's late peer).
+  static void delay_for_test(int my_rank);
+
+  static TransportError registration_error(size_t length, int err);
+
+  // What the fabric asks of our QPs: traffic class and SL (lossless RoCE classes ride on
+  // them), the P_Key index, GRH, timeouts. Logged at info with the GID, for `ibv_devinfo` and
+  // `show_gids` to be checked against.
+  struct FabricSettings {
+    int traffic_class = 0;
+    int service_level = 0;
+    int pkey_index = 0;
+    int timeout = kQpTimeout;
+    int retry_count = kRetryCount;
+    bool grh_required = false;
+  };
+
+  void read_fabric_settings();
+
+  // Maps and unmaps a page; true when the hook saw it.
+  bool probe_unmap_event();
+
+  // Inside munmap, or glibc's free/trim with the arena lock held: only records the range.
+  static void on_unmap(ucm_event_type_t, ucm_event_t* event, void* self);
+
+  uint8_t* recv_buffer(int slot);
+  // The shared send buffers follow the shared receives.
+  uint8_t* send_buffer(int slot) { return recv_buffer(kSrqDepth + slot); }
+
+  std::string store_key(const char* what, int from, int to) const;
+
+  // The first use of `peer`: our QPs to it, their numbers published (see Link).
+  void touch(int peer);
+
+  // Moves every connection in progress on as far as the store allows; true if any moved.
+  bool advance_connections(Clock::time_point now);
+
+  // One look at the store for `peer`'s half of the connection; true once it is ready or failed.
+  bool advance(int peer);
+
+  void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn);
+
+  void check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state);
+
+  // A shared receive: a control message from any peer, or any lane's write immediate. The
+  // completion names the QP (wc.qp_num), hence the peer and lane.
+  void post_recv(int slot);
+
+  uint64_t track(const std::shared_ptr<VerbsRequest>& req);
+
+  // Stages `build` now if the peer is connected and its send queue has room, else when the
+  // connection comes up or completions make room; the next flush posts it.
+  void submit(int peer, int lane, std::function<bool(Staged&)> build);
+
+  // Room: the lane's send queue and the cap on sends in flight over all QPs (the CQ's size).
+  bool stage(int peer, int lane, std::function<bool(Staged&)>& build);
+
+  // Posts what is staged for `peer` as one chain: one doorbell; the last work request, and
+  // every kSignalEvery-th, asks for a completion.
+  bool flush(int peer, int lane);
+
+  // A zero-byte write to every peer we wait on and have nothing posted to (see
+  // kKeepaliveInterval); its completion is a request nobody waits for.
+  void keepalive();
+
+  // Only the lanes that have staged work: progress() runs this twice per call, and a scan of
+  // every peer would cost O(p) on the hot path.
+  bool flush_all();
+
+  // Stages what the backlogs of connected peers can now; forgets the lanes left empty.
+  void drain_backlogs();
+
+  void deliver(VerbsRequest& req, std::span<const uint8_t> payload);
+
+  void handle(const ibv_wc& wc);
+
+  void handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot);
+
+  // A control message from `peer`: to its receive if posted (one copy, into place), else kept.
+  void dispatch_control(int peer, uint64_t tag, std::span<const uint8_t> payload);
+
+  // Size of the eager part of what a peer publishes with its QP numbers: our ring's address,
+  // its rkey and its slot count.
+  static constexpr size_t kEagerWire = 16;
+
+  // Our ring for `peer`, registered for its writes; none (and SENDs only) if the setting says
+  // 0 or the registration fails.
+  void make_eager_ring(int peer);
+
+  // Whether the next control message to `p` can go into its eager slots: both sides have a
+  // ring and the peer has given back the credit for the slot we would write.
+  static bool eager_slot_free(const Peer& p);
+
+  // Takes the messages that have landed whole in our ring for `peer`, in order; true if any.
+  bool poll_eager(int peer);
+
+  // Tells `peer` how many of its messages we have taken: a plain 8-byte write into its credit
+  // line. A later one carries a larger count, so two in flight are harmless.
+  void return_credit(int peer);
+
+  // Before a sleep: a new epoch into every ring peer's block (eager_ring.hpp).
+  void announce_sleep();
+
+  // After an eager write to `peer` has landed: ring it if it announced a sleep we have not rung
+  // for (a zero-byte write whose immediate completes at the peer and wakes it).
+  void wake_if_asleep(int peer);
+
+  // Writes `value` into the peer's block at `their_offset`, from our block's line at
+  // `our_offset` (registered with the ring); a request nobody waits for.
+  void write_word(int peer, size_t our_offset, uint64_t value, size_t their_offset);
+
+  // A one-piece write on lane 0 that no caller waits for (keepalives, rings, credits, sleep
+  // epochs): `fill` sets the opcode and what it writes; its completion only retires it.
+  template <typename Fill>
+  void post_unawaited_write(int peer, Fill fill) {
+    auto req = std::make_shared<VerbsRequest>(peer);
+    const uint64_t id = track(req);
+    ++req->pieces;
+    submit(peer, 0, [peer, id, fill](Staged& st) {
+      st.wr.wr_id = make_wr_id(kWriteWr, peer, 0);
+      st.request = id;
+      fill(st);
+      return true;
+    });
+  }
+
+  // A completion for work request `number` on `peer`'s lane: RC completes in order, so it also
+  // retires every unsignaled one posted before it. An error completion may name an unsignaled
+  // one (flushed); one already retired (mark_failed retires all) is ignored.
+  void complete_through(int peer, int lane, uint32_t number, bool ok);
+
+  void complete_one(int peer, uint64_t id, bool ok);
+
+  // The first failure of a peer moves its QPs to ERR, so nothing posted keeps reading our
+  // buffers (a user's tensor after its call returned), and retires what was staged or posted
+  // there: the caps on sends in flight and the send buffers come back now, not with flush
+  // completions that unsignaled work requests may never produce.
+  void mark_failed(int peer, std::string why);
+
+  void fail_all_of(int peer);
+
+  bool drain_async();
+
+  ibv_context* ctx_ = nullptr;
+  VerbsDeviceChoice choice_;
+  ibv_port_attr port_attr_{};
+  ibv_gid gid_{};
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  bool armed_ = false;
+  unsigned unacked_events_ = 0;
+  int me_ = -1;
+  int world_ = 0;
+  std::vector<uint8_t> ctrl_pool_;
+  std::unique_ptr<MrEntry> ctrl_mr_;
+  std::vector<Peer> peers_;
+  ibv_srq* srq_ = nullptr;
+  std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
+  uint64_t cq_size_ = 0;
+  std::deque<int> free_send_;  // the shared send buffers not in use
+  int sends_in_flight_ = 0;    // staged or posted on any QP, at most kSendsInFlight
+  std::vector<std::pair<int, int>> backlogged_;  // (peer, lane) with a backlog, each once
+  std::shared_ptr<Store> store_;
+  uint64_t connected_ = 0;       // peers with QPs (connected or connecting)
+  std::vector<int> connecting_;  // peers whose connection is in progress
+  Clock::time_point next_connect_poll_{};
+  std::chrono::microseconds connect_poll_ = kConnectPollFirst;
+  int connect_timer_ = -1;  // timerfd: wakes a sleeper when the store is due a look
+  PeerLiveness liveness_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<VerbsRequest>> inflight_;
+  std::map<std::pair<int, uint32_t>, Expected> expects_;
+  std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
+  verbs_imm::TokenTable tokens_;                     // which calls expect writes
+  // Per (peer, tag), in order: a tag may carry several messages (point-to-point), matched first
+  // come, first served, as UCX and MPI match them.
+  std::map<std::pair<int, uint64_t>, std::deque<RequestPtr>> pending_recvs_;
+  std::map<std::pair<int, uint64_t>, std::deque<Bytes>> unexpected_;
+  std::unique_ptr<MrCache> cache_;
+  bool hooked_ = false;
+  FabricSettings fabric_;
+  Counters counters_;
+  size_t piece_bytes_ = size_t{1} << 20;
+  int lanes_ = 1;
+  int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
+  uint64_t credit_every_ = 1;                    // messages taken per credit write
+  bool hold_credits_ = false;                    // a test's: credits never go back
+  std::vector<int> eager_peers_;                 // peers whose messages come by eager slots
+  uint64_t sleep_epoch_ = 0;                     // our last sleep epoch announced to the ring peers
+  bool sleep_announced_ = false;                 // and no peer has rung for it since
+  Clock::time_point sleep_began_{};
+  bool slept_to_timeout_ = false;      // the last sleep ended by poll()'s timeout
+  uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
+  std::vector<std::pair<int, int>> staged_lanes_;  // (peer, lane) with staged work, each once
+  bool async_due_ = true;
+  Clock::time_point next_async_check_{};
+  Clock::time_point next_keepalive_{Clock::now() + kKeepaliveInterval};
+};
+
+}  // namespace rdmacoll::transport::verbs_impl
