@@ -206,12 +206,13 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   w->transport =
       transport::make_serialized(transport::create_transport(agree_on_transport(*w), here.nic));
   const std::string kind = w->transport->name();
+  const std::string token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
   std::vector<Bytes> addresses = rv.all_gather(
       "rdmacoll/addr/",
-      bootstrap::wrap_address(w->rank, kind, w->transport->address(w->rank, w->world_size)));
+      bootstrap::wrap_address(w->rank, kind, w->transport->address(w->rank, w->world_size), token));
   for (int r = 0; r < w->world_size; ++r) {
     std::string why;
-    std::optional<Bytes> unwrapped = bootstrap::unwrap_address(addresses[r], r, kind, why);
+    std::optional<Bytes> unwrapped = bootstrap::unwrap_address(addresses[r], r, kind, why, token);
     if (!unwrapped) {
       rv.abort(ro.where + ": " + why + " (at the " + rv.store()->describe() + ")");
     }

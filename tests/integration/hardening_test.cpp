@@ -16,6 +16,7 @@
 #include <numeric>
 #include <string>
 
+#include "bootstrap/address_envelope.hpp"
 #include "bootstrap/store.hpp"
 #include "gather_check.hpp"
 #include "transport/peer_liveness.hpp"
@@ -118,30 +119,43 @@ TEST(Hardening, ASecondJobOnTheSamePortIsRefused) {
   }
 }
 
-// A stranger (no token in this job) forges rank 1's transport address with the job's own
-// settings and topology: rank 0 raises a clear error instead of handing it to UCX (which
-// aborted the process before).
+// A stranger forges rank 1's transport address with the job's own settings and topology: rank
+// 0 raises a clear error instead of handing it to UCX (which aborted the process before).
+// Without a token the envelope's structure is what gives it away; with one, a well-formed
+// envelope written by a client of the store that does not sign it (only ranks sign) is refused
+// too.
 TEST(Hardening, AForgedTransportAddressIsAClearError) {
-  const auto results = run_ranks(
-      2,
-      [](int rank, int) {
-        if (rank == 0) {
-          expect_throw_with<InvalidArgument>([] { init_process_group(); }, "published for rank 1");
-          return;
-        }
-        bootstrap::StoreClient forger("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s);
-        forger.add("rdmacoll/claim/1", 1);
-        forger.set("rdmacoll/settings/1", forger.get("rdmacoll/settings/0", 60s));
-        forger.set("rdmacoll/topo/1", forger.get("rdmacoll/topo/0", 60s));
-        forger.set("rdmacoll/verbs/1", forger.get("rdmacoll/verbs/0", 60s));
-        forger.set("rdmacoll/addr/1", std::string("\x01\x02 not an address"));
-        forger.get("rdmacoll/abort", 60s);  // rank 0 gave up, saying why
-        forger.add("rdmacoll/abort_seen", 1);
-        forger.set("rdmacoll/abort_all_seen", std::string("1"));
-      },
-      without_init());
-  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
-  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  for (const bool token : {false, true}) {
+    const auto results = run_ranks(
+        2,
+        [token](int rank, int) {
+          if (rank == 0) {
+            expect_throw_with<InvalidArgument>(
+                [] { init_process_group(); },
+                token ? "is not signed with this job's RDMACOLL_AUTH_TOKEN"
+                      : "published for rank 1");
+            return;
+          }
+          bootstrap::StoreClient forger("127.0.0.1", master_port(), bootstrap::Clock::now() + 60s,
+                                        {token ? "secret" : "", ""});
+          forger.add("rdmacoll/claim/1", 1);
+          forger.set("rdmacoll/settings/1", forger.get("rdmacoll/settings/0", 60s));
+          forger.set("rdmacoll/topo/1", forger.get("rdmacoll/topo/0", 60s));
+          forger.set("rdmacoll/verbs/1", forger.get("rdmacoll/verbs/0", 60s));
+          if (token) {
+            const auto envelope = bootstrap::wrap_address(1, "ucx", std::vector<uint8_t>(64, 0x5a));
+            forger.set("rdmacoll/addr/1", std::string(envelope.begin(), envelope.end()));
+          } else {
+            forger.set("rdmacoll/addr/1", std::string("\x01\x02 not an address"));
+          }
+          forger.get("rdmacoll/abort", 60s);  // rank 0 gave up, saying why
+          forger.add("rdmacoll/abort_seen", 1);
+          forger.set("rdmacoll/abort_all_seen", std::string("1"));
+        },
+        token ? without_init({{"RDMACOLL_AUTH_TOKEN", "secret"}}) : without_init());
+    EXPECT_EQ(results[0].exit_code, 0) << "token " << token << ": " << testing::describe(results);
+    EXPECT_EQ(results[1].exit_code, 0) << "token " << token << ": " << testing::describe(results);
+  }
 }
 
 TEST(Hardening, BadSettingsRaiseAtInit) {

@@ -38,5 +38,32 @@ TEST(AddressEnvelope, RefusesAnotherRanksAddressAndAnotherTransport) {
   EXPECT_NE(why.find("rank 1 uses the verbs transport, this rank ucx"), std::string::npos) << why;
 }
 
+// With the job's token the envelope is signed: it reads back under the same token, and an
+// envelope a stranger made (no token, another token, or one byte changed) is refused with a
+// reason, as is a signed one read by a rank without a token.
+TEST(AddressEnvelope, WithATokenOnlyWhatTheJobSignedIsAccepted) {
+  std::string why;
+  const auto signed_one = wrap_address(2, "ucx", kAddress, "secret");
+  const auto out = unwrap_address(signed_one, 2, "ucx", why, "secret");
+  ASSERT_TRUE(out.has_value()) << why;
+  EXPECT_EQ(*out, kAddress);
+
+  EXPECT_FALSE(unwrap_address(wrap_address(2, "ucx", kAddress), 2, "ucx", why, "secret"));
+  EXPECT_NE(why.find("is not signed with this job's RDMACOLL_AUTH_TOKEN"), std::string::npos)
+      << why;
+  EXPECT_FALSE(unwrap_address(wrap_address(2, "ucx", kAddress, "guess"), 2, "ucx", why, "secret"));
+  EXPECT_NE(why.find("does not carry this job's signature"), std::string::npos) << why;
+  for (size_t at : {size_t{8}, size_t{20}, signed_one.size() - 40, signed_one.size() - 1}) {
+    auto tampered = signed_one;
+    tampered[at] ^= 1;
+    EXPECT_FALSE(unwrap_address(tampered, 2, "ucx", why, "secret")) << "byte " << at;
+  }
+  EXPECT_FALSE(unwrap_address(signed_one, 2, "ucx", why));
+  EXPECT_NE(why.find("this rank has no RDMACOLL_AUTH_TOKEN"), std::string::npos) << why;
+  auto cut = signed_one;
+  cut.resize(16 + 3 + 8 + 31);
+  EXPECT_FALSE(unwrap_address(cut, 2, "ucx", why, "secret"));
+}
+
 }  // namespace
 }  // namespace rdmacoll::bootstrap
