@@ -16,6 +16,25 @@ if ! "$py" -c "import torch, numpy, pytest" 2>/dev/null ||
   "$py" -m pip install -q "$spec" numpy pytest
   echo "torch-venv: $spec installed in $((SECONDS - start)) s"
 fi
+# The backend is rebuilt only when its sources changed since the last install here (the README's
+# second command reuses what the first installed): a stamp of the tracked sources and of any
+# uncommitted change to them. Outside a git checkout it always reinstalls.
+stamp_file=$venv/.rdmacoll-sources
+stamp=
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  paths=(pyproject.toml CMakeLists.txt cmake include src python)
+  stamp=$({ git ls-files -s -- "${paths[@]}"; git diff HEAD -- "${paths[@]}";
+            git ls-files -o --exclude-standard -z -- "${paths[@]}" | xargs -0 -r sha1sum
+            echo "$spec"; } | sha1sum)
+fi
+version() { "$py" -c 'import importlib.metadata as m; print(m.version("rdmacoll-torch"))'; }
+if [ -n "$stamp" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp" ] &&
+  "$py" -c "import rdmacoll_torch" 2>/dev/null; then
+  echo "torch-venv: rdmacoll-torch $(version) is up to date (its sources have not changed)"
+  exit 0
+fi
+rm -f "$stamp_file"
 start=$SECONDS
 "$py" -m pip install -q .
-echo "torch-venv: rdmacoll-torch $("$py" -c 'import importlib.metadata as m; print(m.version("rdmacoll-torch"))') installed in $((SECONDS - start)) s"
+[ -z "$stamp" ] || echo "$stamp" >"$stamp_file"
+echo "torch-venv: rdmacoll-torch $(version) installed in $((SECONDS - start)) s"
