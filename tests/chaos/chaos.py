@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Chaos and soak runs: random collectives (chaos_worker) on 2-8 ranks, with a fault in most
+"""Chaos and soak runs: random collectives (chaos_worker) on 2-8 ranks (one run in six: 4 threads
+per rank on groups of their own, over TCP), with a fault in most
 runs: a rank SIGKILLed or SIGSTOPped at a random moment, or hostile clients on the rendezvous
 port (garbage, half frames, a hello without the token, a flood of connections). Counts, over
 all runs: hangs (a survivor still running past timeout + grace + slack), crashes (a survivor
@@ -79,10 +80,16 @@ def one_run(worker, index, seed, rng):
         env["UCX_TLS"] = "tcp"
     if rng.random() < 0.3:
         env["RDMACOLL_ALGO"] = rng.choice(["ring", "bruck", "direct"])
+    # One run in six: the case that once stalled, 4 threads per rank each on a group of its own,
+    # 2 ranks over UCX_TLS=tcp.
+    threads = 1
+    if rng.random() < 1 / 6:
+        threads, n = 4, 2
+        env.update(WORLD_SIZE="2", UCX_TLS="tcp")
     procs = []
     for r in range(n):
         e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
-        procs.append(subprocess.Popen([worker, str(seed), str(calls)], env=e,
+        procs.append(subprocess.Popen([worker, str(seed), str(calls), str(threads)], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     victim = rng.randrange(n) if fault in ("kill", "stop") else None
@@ -112,7 +119,8 @@ def one_run(worker, index, seed, rng):
             p.kill()
             p.wait()
     outs = [p.stdout.read() for p in procs]
-    result = {"fault": fault, "n": n, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
+    result = {"fault": fault + ("+threads" if threads > 1 else ""), "n": n, "hang": 0,
+              "crash": 0, "wrong": 0, "unexpected": 0,
               "ok_ranks": 0, "error_ranks": 0, "notes": []}
     for r in hung:
         result["hang"] += 1

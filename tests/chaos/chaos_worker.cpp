@@ -4,14 +4,16 @@
 // Exit codes the driver counts:
 //   0  every call right;  3  a clear rdmacoll error (PeerFailure, Timeout, InvalidArgument);
 //   4  a wrong element (printed);  anything else, or a signal: a crash.
-//   chaos_worker <seed> <calls>
+//   chaos_worker <seed> <calls> [threads]   (threads > 1: each on a group of its own)
 #include <rdmacoll/rdmacoll.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace rdmacoll;
@@ -37,149 +39,183 @@ void expect(const Tensor& t, int64_t i, double want, const std::string& what) {
 
 }  // namespace
 
+// `calls` random calls on `group` (members: its global ranks), drawn from `seed`, which every
+// rank shares for this thread. Throws WrongElement or an rdmacoll::Error.
+void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
+               bool switch_groups) {
+  const int me = get_rank();
+  const int world = get_world_size();
+  std::mt19937_64 rng(seed);  // the same stream on every rank
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const DType dtypes[] = {DType::Int32,   DType::Int64, DType::Float32,
+                          DType::Float64, DType::Int8,  DType::UInt8};
+  const int64_t sizes[] = {0, 1, 7, 64, 1000, 4096, 65536, 262144};
+  for (int c = 0; c < calls; ++c) {
+    // Now and then switch to a new random subgroup (every rank calls new_group alike; one
+    // thread only: with several, each keeps the group it was given).
+    if (switch_groups && pick(8) == 0) {
+      if (!group.is_default() && pick(2) == 0) destroy_group(group);
+      std::vector<int> subset;
+      for (int r = 0; r < world; ++r)
+        if (pick(3) != 0) subset.push_back(r);
+      if (subset.size() < 2) subset = {0, world - 1};
+      group = new_group(subset);
+      members = subset;
+    }
+    const int op = pick(10);
+    const DType dt = dtypes[pick(6)];
+    const int64_t n = sizes[pick(8)];
+    const bool async = pick(3) == 0;
+    const int src = members[pick(static_cast<int>(members.size()))];
+    // all_to_all's rows from group rank i to j, [i * size + j]: uneven, zeros included.
+    const int gsize = static_cast<int>(members.size());
+    std::vector<int64_t> rows(static_cast<size_t>(gsize) * gsize);
+    for (auto& r : rows)
+      r = pick(4) == 0 ? 0 : n / 8 + pick(3);
+    if (!group.is_member()) continue;  // non-members draw alike, then skip
+    const int p = group.size();
+    const int gr = group.rank();
+    const std::string what = "call " + std::to_string(c);
+    if (op == 0) {  // all_gather_into_tensor
+      Tensor in = zeros({n}, dt), out = zeros({p * n}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        in.set(i, value(me, c, i, dt));
+      all_gather_into_tensor(out, in, group, async).wait();
+      for (int r = 0; r < p; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          expect(out, r * n + i, value(members[r], c, i, dt), what + " all_gather");
+    } else if (op == 1) {  // all_reduce
+      Tensor t = zeros({n}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, value(me, c, i, dt));
+      all_reduce(t, ReduceOp::Sum, group, async).wait();
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int m : members)
+          want += value(m, c, i, dt);
+        expect(t, i, want, what + " all_reduce");
+      }
+    } else if (op == 2) {  // reduce_scatter_tensor
+      Tensor in = zeros({p * n}, dt), out = zeros({n}, dt);
+      for (int64_t i = 0; i < p * n; ++i)
+        in.set(i, value(me, c, i, dt));
+      reduce_scatter_tensor(out, in, ReduceOp::Sum, group, async).wait();
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int m : members)
+          want += value(m, c, gr * n + i, dt);
+        expect(out, i, want, what + " reduce_scatter");
+      }
+    } else if (op == 3) {  // broadcast
+      Tensor t = zeros({n}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, me == src ? value(me, c, i, dt) : 99);
+      broadcast(t, src, group, async).wait();
+      for (int64_t i = 0; i < n; ++i)
+        expect(t, i, value(src, c, i, dt), what + " broadcast");
+    } else if (op == 5) {  // gather to src
+      Tensor in = zeros({n}, dt), out = zeros({me == src ? p * n : 0}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        in.set(i, value(me, c, i, dt));
+      gather(me == src ? &out : nullptr, in, src, group, async).wait();
+      for (int r = 0; me == src && r < p; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          expect(out, r * n + i, value(members[r], c, i, dt), what + " gather");
+    } else if (op == 6) {  // scatter from src
+      Tensor in = zeros({me == src ? p * n : 0}, dt), out = zeros({n}, dt);
+      for (int r = 0; me == src && r < p; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          in.set(r * n + i, value(members[r], c, i, dt));
+      scatter(out, me == src ? &in : nullptr, src, group, async).wait();
+      for (int64_t i = 0; i < n; ++i)
+        expect(out, i, value(me, c, i, dt), what + " scatter");
+    } else if (op == 7) {  // reduce to src; the others' tensors stay as they were
+      Tensor t = zeros({n}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, value(me, c, i, dt));
+      reduce(t, src, ReduceOp::Sum, group, async).wait();
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int m : members)
+          want += value(m, c, i, dt);
+        expect(t, i, me == src ? want : value(me, c, i, dt), what + " reduce");
+      }
+    } else if (op == 8) {  // all_to_all_single, uneven rows of one element
+      auto piece = [&](int from, int to, int64_t k) {
+        return value(members[from], c, to * 1000 + k, dt);
+      };
+      std::vector<int64_t> in_splits(p), out_splits(p);
+      for (int j = 0; j < p; ++j) {
+        in_splits[j] = rows[gr * p + j];
+        out_splits[j] = rows[j * p + gr];
+      }
+      Tensor in = zeros({std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0})}, dt);
+      Tensor out = zeros({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, dt);
+      for (int j = 0, at = 0; j < p; ++j)
+        for (int64_t k = 0; k < in_splits[j]; ++k)
+          in.set(at++, piece(gr, j, k));
+      all_to_all_single(out, in, out_splits, in_splits, group, async).wait();
+      for (int i = 0, at = 0; i < p; ++i)
+        for (int64_t k = 0; k < out_splits[i]; ++k, ++at)
+          expect(out, at, piece(i, gr, k), what + " all_to_all");
+    } else if (op == 9) {  // a ring of send/recv in the group
+      Tensor out = zeros({n}, dt), in = zeros({n}, dt);
+      for (int64_t i = 0; i < n; ++i)
+        out.set(i, value(me, c, i, dt));
+      const int tag = c % (1 << 20);
+      Work s = send(out, members[(gr + 1) % p], group, tag, true);
+      recv(in, members[(gr + p - 1) % p], group, tag, async).wait();
+      s.wait();
+      for (int64_t i = 0; i < n; ++i)
+        expect(in, i, value(members[(gr + p - 1) % p], c, i, dt), what + " send/recv");
+    } else {
+      barrier(group, async).wait();
+    }
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: chaos_worker <seed> <calls>\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: chaos_worker <seed> <calls> [threads]\n");
     return 2;
   }
   const uint64_t seed = std::strtoull(argv[1], nullptr, 10);
   const int calls = std::atoi(argv[2]);
+  const int threads = argc == 4 ? std::max(1, std::atoi(argv[3])) : 1;
   int me = -1;
   try {
     init_process_group();
     me = get_rank();
     const int world = get_world_size();
-    std::mt19937_64 rng(seed);  // the same stream on every rank
-    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
-    const DType dtypes[] = {DType::Int32,   DType::Int64, DType::Float32,
-                            DType::Float64, DType::Int8,  DType::UInt8};
-    const int64_t sizes[] = {0, 1, 7, 64, 1000, 4096, 65536, 262144};
-    Group group;  // the default (world) group
-    std::vector<int> members(world);
-    std::iota(members.begin(), members.end(), 0);
-    for (int c = 0; c < calls; ++c) {
-      // Now and then switch to a new random subgroup (every rank calls new_group alike).
-      if (pick(8) == 0) {
-        if (!group.is_default() && pick(2) == 0) destroy_group(group);
-        std::vector<int> subset;
-        for (int r = 0; r < world; ++r)
-          if (pick(3) != 0) subset.push_back(r);
-        if (subset.size() < 2) subset = {0, world - 1};
-        group = new_group(subset);
-        members = subset;
+    std::vector<int> all(world);
+    std::iota(all.begin(), all.end(), 0);
+    if (threads == 1) {
+      run_calls(seed, calls, Group{}, all, true);
+    } else {
+      // Several threads per rank, each on a group of its own (made here, in the same order on
+      // every rank), at once: the case that once stalled over UCX_TLS=tcp.
+      std::vector<Group> groups;
+      for (int t = 0; t < threads; ++t)
+        groups.push_back(new_group(all));
+      std::vector<std::exception_ptr> errors(threads);
+      std::vector<std::thread> running;
+      for (int t = 0; t < threads; ++t) {
+        running.emplace_back([&, t] {
+          try {
+            run_calls(seed * 31 + t, calls, groups[t], all, false);
+          } catch (...) {
+            errors[t] = std::current_exception();
+          }
+        });
       }
-      const int op = pick(10);
-      const DType dt = dtypes[pick(6)];
-      const int64_t n = sizes[pick(8)];
-      const bool async = pick(3) == 0;
-      const int src = members[pick(static_cast<int>(members.size()))];
-      // all_to_all's rows from group rank i to j, [i * size + j]: uneven, zeros included.
-      const int gsize = static_cast<int>(members.size());
-      std::vector<int64_t> rows(static_cast<size_t>(gsize) * gsize);
-      for (auto& r : rows)
-        r = pick(4) == 0 ? 0 : n / 8 + pick(3);
-      if (!group.is_member()) continue;  // non-members draw alike, then skip
-      const int p = group.size();
-      const int gr = group.rank();
-      const std::string what = "call " + std::to_string(c);
-      if (op == 0) {  // all_gather_into_tensor
-        Tensor in = zeros({n}, dt), out = zeros({p * n}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          in.set(i, value(me, c, i, dt));
-        all_gather_into_tensor(out, in, group, async).wait();
-        for (int r = 0; r < p; ++r)
-          for (int64_t i = 0; i < n; ++i)
-            expect(out, r * n + i, value(members[r], c, i, dt), what + " all_gather");
-      } else if (op == 1) {  // all_reduce
-        Tensor t = zeros({n}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          t.set(i, value(me, c, i, dt));
-        all_reduce(t, ReduceOp::Sum, group, async).wait();
-        for (int64_t i = 0; i < n; ++i) {
-          double want = 0;
-          for (int m : members)
-            want += value(m, c, i, dt);
-          expect(t, i, want, what + " all_reduce");
-        }
-      } else if (op == 2) {  // reduce_scatter_tensor
-        Tensor in = zeros({p * n}, dt), out = zeros({n}, dt);
-        for (int64_t i = 0; i < p * n; ++i)
-          in.set(i, value(me, c, i, dt));
-        reduce_scatter_tensor(out, in, ReduceOp::Sum, group, async).wait();
-        for (int64_t i = 0; i < n; ++i) {
-          double want = 0;
-          for (int m : members)
-            want += value(m, c, gr * n + i, dt);
-          expect(out, i, want, what + " reduce_scatter");
-        }
-      } else if (op == 3) {  // broadcast
-        Tensor t = zeros({n}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          t.set(i, me == src ? value(me, c, i, dt) : 99);
-        broadcast(t, src, group, async).wait();
-        for (int64_t i = 0; i < n; ++i)
-          expect(t, i, value(src, c, i, dt), what + " broadcast");
-      } else if (op == 5) {  // gather to src
-        Tensor in = zeros({n}, dt), out = zeros({me == src ? p * n : 0}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          in.set(i, value(me, c, i, dt));
-        gather(me == src ? &out : nullptr, in, src, group, async).wait();
-        for (int r = 0; me == src && r < p; ++r)
-          for (int64_t i = 0; i < n; ++i)
-            expect(out, r * n + i, value(members[r], c, i, dt), what + " gather");
-      } else if (op == 6) {  // scatter from src
-        Tensor in = zeros({me == src ? p * n : 0}, dt), out = zeros({n}, dt);
-        for (int r = 0; me == src && r < p; ++r)
-          for (int64_t i = 0; i < n; ++i)
-            in.set(r * n + i, value(members[r], c, i, dt));
-        scatter(out, me == src ? &in : nullptr, src, group, async).wait();
-        for (int64_t i = 0; i < n; ++i)
-          expect(out, i, value(me, c, i, dt), what + " scatter");
-      } else if (op == 7) {  // reduce to src; the others' tensors stay as they were
-        Tensor t = zeros({n}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          t.set(i, value(me, c, i, dt));
-        reduce(t, src, ReduceOp::Sum, group, async).wait();
-        for (int64_t i = 0; i < n; ++i) {
-          double want = 0;
-          for (int m : members)
-            want += value(m, c, i, dt);
-          expect(t, i, me == src ? want : value(me, c, i, dt), what + " reduce");
-        }
-      } else if (op == 8) {  // all_to_all_single, uneven rows of one element
-        auto piece = [&](int from, int to, int64_t k) {
-          return value(members[from], c, to * 1000 + k, dt);
-        };
-        std::vector<int64_t> in_splits(p), out_splits(p);
-        for (int j = 0; j < p; ++j) {
-          in_splits[j] = rows[gr * p + j];
-          out_splits[j] = rows[j * p + gr];
-        }
-        Tensor in = zeros({std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0})}, dt);
-        Tensor out = zeros({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, dt);
-        for (int j = 0, at = 0; j < p; ++j)
-          for (int64_t k = 0; k < in_splits[j]; ++k)
-            in.set(at++, piece(gr, j, k));
-        all_to_all_single(out, in, out_splits, in_splits, group, async).wait();
-        for (int i = 0, at = 0; i < p; ++i)
-          for (int64_t k = 0; k < out_splits[i]; ++k, ++at)
-            expect(out, at, piece(i, gr, k), what + " all_to_all");
-      } else if (op == 9) {  // a ring of send/recv in the group
-        Tensor out = zeros({n}, dt), in = zeros({n}, dt);
-        for (int64_t i = 0; i < n; ++i)
-          out.set(i, value(me, c, i, dt));
-        const int tag = c % (1 << 20);
-        Work s = send(out, members[(gr + 1) % p], group, tag, true);
-        recv(in, members[(gr + p - 1) % p], group, tag, async).wait();
-        s.wait();
-        for (int64_t i = 0; i < n; ++i)
-          expect(in, i, value(members[(gr + p - 1) % p], c, i, dt), what + " send/recv");
-      } else {
-        barrier(group, async).wait();
+      for (auto& th : running)
+        th.join();
+      for (auto& e : errors) {
+        if (e) std::rethrow_exception(e);
       }
     }
     destroy_process_group();
-    std::printf("[rank %d] ok %d calls\n", me, calls);
+    std::printf("[rank %d] ok %d calls\n", me, calls * threads);
     return 0;
   } catch (const WrongElement& e) {
     std::printf("[rank %d] WRONG %s\n", me, e.what.c_str());
