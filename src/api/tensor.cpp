@@ -14,10 +14,31 @@
 
 namespace rdmacoll {
 
-Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> sizes) {
+namespace {
+
+// Sizes must be non-negative and their product, in bytes, must fit: a shape whose element
+// count wraps (to 0, say) would describe memory it does not have.
+void check_shape(const std::vector<int64_t>& sizes, DType dtype, const char* where) {
+  int64_t n = 1;
   for (int64_t s : sizes) {
-    if (s < 0) throw InvalidArgument("Tensor::view: negative size " + std::to_string(s));
+    if (s < 0) throw InvalidArgument(std::string(where) + ": negative size " + std::to_string(s));
+    if (__builtin_mul_overflow(n, s, &n)) n = -1;
+    if (n < 0) break;
   }
+  int64_t bytes = 0;
+  if (n < 0 || __builtin_mul_overflow(n, static_cast<int64_t>(element_size(dtype)), &bytes)) {
+    std::string shape;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      shape += (i ? ", " : "") + std::to_string(sizes[i]);
+    throw InvalidArgument(std::string(where) + ": the shape [" + shape +
+                          "] has more bytes than fit in 63 bits");
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> sizes) {
+  check_shape(sizes, dtype, "Tensor::view");
   Tensor t;
   t.data_ = data;
   t.dtype_ = dtype;
@@ -30,11 +51,9 @@ Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> sizes) {
 
 Tensor Tensor::zeros(std::vector<int64_t> sizes, DType dtype) {
   Tensor t;
+  check_shape(sizes, dtype, "zeros");
   t.dtype_ = dtype;
   t.sizes_ = std::move(sizes);
-  for (int64_t s : t.sizes_) {
-    if (s < 0) throw InvalidArgument("zeros: negative size " + std::to_string(s));
-  }
   // At least one byte so that data() is non-null and distinct per tensor, like torch.
   const size_t bytes = std::max<size_t>(t.nbytes(), 1);
   t.storage_ = std::shared_ptr<void>(std::calloc(bytes, 1), std::free);

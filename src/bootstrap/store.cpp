@@ -116,10 +116,26 @@ void StoreServer::serve() {
   // When accept() fails for lack of descriptors, the listener stays readable: leave it out of
   // the poll set for a while instead of spinning on it.
   Clock::time_point accept_after{};
+  // The first few drops are logged one by one; in a storm, one line every 10 s counts the rest.
+  constexpr int kLoggedDrops = 10;
+  uint64_t unlogged = 0;
+  Clock::time_point next_summary{};
   auto drop = [&](int fd, const std::string& why) {
     if (!why.empty()) {
-      rejected_.fetch_add(1);
-      std::fprintf(stderr, "rdmacoll store: dropped a connection that sent %s\n", why.c_str());
+      const uint64_t n = rejected_.fetch_add(1) + 1;
+      const auto now = Clock::now();
+      if (n <= kLoggedDrops) {
+        std::fprintf(stderr, "rdmacoll store: dropped a connection that sent %s%s\n", why.c_str(),
+                     n == kLoggedDrops ? " (further drops are counted every 10 s)" : "");
+        next_summary = now + std::chrono::seconds(10);
+      } else if (++unlogged, now >= next_summary) {
+        std::fprintf(stderr,
+                     "rdmacoll store: dropped %llu more connections in the last 10 s (the "
+                     "latest sent %s)\n",
+                     static_cast<unsigned long long>(unlogged), why.c_str());
+        unlogged = 0;
+        next_summary = now + std::chrono::seconds(10);
+      }
     }
     state.drop(fd);
     ::close(fd);

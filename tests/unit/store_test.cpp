@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -446,6 +447,25 @@ TEST(Store, GarbageIsRejectedAndServerKeepsServing) {
   StoreClient ok("127.0.0.1", server.port(), soon());
   ok.set("still", std::string("fine"));
   EXPECT_EQ(ok.get_string("still", 1s), "fine");
+}
+
+// A storm of garbage connections: every one is dropped and counted, but stderr gets the first
+// ten and then one summary line per 10 s (a storm of 1014 once logged 1014 lines).
+TEST(Store, AStormOfDroppedConnectionsLogsTenLinesAndASummary) {
+  StoreServer server("127.0.0.1", 0);
+  ::testing::internal::CaptureStderr();
+  const char garbage[] = "GET / HTTP/1.1\r\n\r\n";
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_raw(server.port());
+    ASSERT_GT(::send(fd, garbage, sizeof garbage, 0), 0);
+    EXPECT_TRUE(dropped(fd));
+    ::close(fd);
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(server.rejected_connections(), 200u);
+  const auto lines = std::count(log.begin(), log.end(), '\n');
+  EXPECT_GE(lines, 10) << log;
+  EXPECT_LE(lines, 12) << log;
 }
 
 }  // namespace

@@ -49,6 +49,25 @@ TEST(Tensor, ShapesAndViews) {
   EXPECT_THROW(zeros({-1}), InvalidArgument);
 }
 
+// A shape whose element count or byte count does not fit in 63 bits once wrapped to 0 elements
+// (2^32 x 2^32) or to a small count: refused, naming the shape.
+TEST(Tensor, ShapesBeyondSixtyThreeBitsAreRefused) {
+  int32_t buf[1] = {};
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32},
+        std::vector<int64_t>{int64_t{1} << 62, 4}, std::vector<int64_t>{int64_t{1} << 61}}) {
+    try {
+      (void)Tensor::view(buf, DType::Int32, shape);
+      ADD_FAILURE() << "no error for a shape of " << shape.size() << " sizes";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("has more bytes than fit in 63 bits"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(zeros({int64_t{1} << 40, int64_t{1} << 40}), InvalidArgument);
+  EXPECT_EQ(Tensor::view(buf, DType::Int32, {0, int64_t{1} << 62}).numel(), 0);
+}
+
 TEST(Tensor, ConvertsBetweenEveryDtypePair) {
   const double values[] = {0, 1, 2, 7, 100, 127};
   for (DType from : kAllDTypes) {
