@@ -39,6 +39,7 @@
 #include "transport/verbs/eager_ring.hpp"
 #include "transport/verbs/fabric.hpp"
 #include "transport/verbs/footprint.hpp"
+#include "transport/verbs/handles.hpp"
 #include "transport/verbs/immediates.hpp"
 #include "transport/verbs/mr_cache.hpp"
 
@@ -115,10 +116,7 @@ class VerbsRequest final : public Request {
 
 // The control buffers' registration.
 struct MrEntry {
-  ibv_mr* mr = nullptr;
-  ~MrEntry() {
-    if (mr) ibv_dereg_mr(mr);
-  }
+  verbs_handles::Registration mr;
 };
 
 // A buffer inside a registration from the cache (which may cover more than the buffer).
@@ -257,7 +255,7 @@ class VerbsTransport final : public Transport {
   };
   // One QP to a peer and its send queue's bookkeeping.
   struct Lane {
-    ibv_qp* qp = nullptr;
+    verbs_handles::QueuePair qp;
     std::deque<Posted> posted;   // on the send queue, in post order
     std::vector<Staged> staged;  // built since the last flush
     int since_signal = 0;
@@ -283,7 +281,7 @@ class VerbsTransport final : public Transport {
     // ring. Both sides use them only when both published a ring.
     struct Eager {
       uint8_t* block = nullptr;  // our ring, then the credit and epoch lines
-      ibv_mr* mr = nullptr;
+      verbs_handles::Registration mr;
       int slots = 0;
       uint64_t taken = 0;     // messages taken from our ring
       uint64_t credited = 0;  // `taken` as last written back to the peer
@@ -454,13 +452,13 @@ class VerbsTransport final : public Transport {
 
   bool drain_async();
 
-  ibv_context* ctx_ = nullptr;
+  verbs_handles::Context ctx_;
   VerbsDeviceChoice choice_;
   ibv_port_attr port_attr_{};
   ibv_gid gid_{};
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
+  verbs_handles::ProtectionDomain pd_;
+  verbs_handles::CompletionChannel channel_;
+  verbs_handles::CompletionQueue cq_;
   bool armed_ = false;
   unsigned unacked_events_ = 0;
   int me_ = -1;
@@ -468,7 +466,7 @@ class VerbsTransport final : public Transport {
   std::vector<uint8_t> ctrl_pool_;
   std::unique_ptr<MrEntry> ctrl_mr_;
   std::vector<Peer> peers_;
-  ibv_srq* srq_ = nullptr;
+  verbs_handles::SharedReceiveQueue srq_;
   std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
   uint64_t cq_size_ = 0;
   std::deque<int> free_send_;  // the shared send buffers not in use

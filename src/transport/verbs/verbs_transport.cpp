@@ -76,22 +76,21 @@ VerbsTransport::~VerbsTransport() {
   // ucm holds its handler lock while a handler runs: none runs once this returns.
   if (hooked_) ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, this);
   cache_->clear();
+  // Verbs frees in dependency order: QPs before the SRQ and CQ they use, registrations before
+  // the PD, the CQ before its channel, the device last.
   for (auto& p : peers_) {
-    for (auto& lane : p.lanes) {
-      if (lane.qp) ibv_destroy_qp(lane.qp);
-    }
-    if (p.eager.mr) ibv_dereg_mr(p.eager.mr);
+    for (auto& lane : p.lanes)
+      lane.qp.reset();
+    p.eager.mr.reset();
     std::free(p.eager.block);
   }
-  if (srq_) ibv_destroy_srq(srq_);
-  if (cq_) {
-    if (unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
-    ibv_destroy_cq(cq_);
-  }
+  srq_.reset();
+  if (cq_ && unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
+  cq_.reset();
   ctrl_mr_.reset();
-  if (channel_) ibv_destroy_comp_channel(channel_);
-  if (pd_) ibv_dealloc_pd(pd_);
-  if (ctx_) ibv_close_device(ctx_);
+  channel_.reset();
+  pd_.reset();
+  ctx_.reset();
   if (connect_timer_ >= 0) ::close(connect_timer_);
 }
 
