@@ -56,8 +56,8 @@ std::vector<Spec> make_registry() {
                           "ranks agree); `ucx`; `verbs` (an error, not a fallback, when a rank has "
                           "no usable port)"));
   r.push_back(text_spec("RDMACOLL_IB_DEVICE", Scope::Rank, "nearest ACTIVE",
-                        "verbs device (default: the NIC hwloc finds nearest the rank, else the "
-                        "first device with an ACTIVE port)"));
+                        "verbs device (default: the NIC hwloc finds nearest the rank, ties "
+                        "split by local rank, else the first device with an ACTIVE port)"));
   r.push_back(count_spec("RDMACOLL_IB_PORT", Scope::Rank, "first ACTIVE", 1, 255, "verbs port"));
   r.push_back(count_spec("RDMACOLL_GID_INDEX", Scope::Rank, "RoCE v2 IPv4", 0, 65535,
                          "GID index (default on RoCE: the port's RoCE v2 IPv4 GID)"));
