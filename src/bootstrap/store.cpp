@@ -372,9 +372,13 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
   Bytes frame = make_frame(static_cast<uint8_t>(op), 0, key, value);
   send_all(fd_, frame.data(), frame.size(), what);
   // The server answers a Get at its own deadline; the grace covers a server that died or
-  // stopped, and stays within a tenth of the timeout (at most 10 s).
-  const auto grace = std::clamp<std::chrono::milliseconds>(
-      timeout / 10, std::chrono::milliseconds(100), std::chrono::seconds(10));
+  // stopped, and stays within a tenth of the timeout (at most 10 s). A get's grace is at least
+  // a second: the rendezvous polls with quarter-second gets, and a loaded rank 0 answers one
+  // late (a 100 ms grace once ended a job's init there).
+  const auto floor =
+      op == StoreOp::Get ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(100);
+  const auto grace =
+      std::clamp<std::chrono::milliseconds>(timeout / 10, floor, std::chrono::seconds(10));
   const auto deadline = Clock::now() + timeout + grace;
   FrameHeader h;
   if (!recv_all(fd_, &h, sizeof h, deadline, what)) {
@@ -384,14 +388,27 @@ Bytes StoreClient::request(StoreOp op, const std::string& key, const Bytes& valu
                   key + "' in the " + what);
   }
   if (h.magic != kStoreMagic || h.value_len > kMaxValueBytes) {
+    ::shutdown(fd_, SHUT_RDWR);
     throw PeerFailure(what + ": malformed reply");
   }
+  // Once the header is in, the value is on its way: read it whole, whatever the request's own
+  // timeout. A short get's deadline could end between the two on a loaded machine, and the
+  // rest of the frame was then read as the next reply ("malformed reply"). Only a server that
+  // stops mid-frame for the operation timeout ends the connection.
   Bytes out(h.value_len);
-  if (h.value_len && !recv_all(fd_, out.data(), out.size(), deadline, what)) {
-    throw Timeout(what + ": reply truncated at timeout");
+  const auto frame_deadline = std::max(deadline, Clock::now() + op_timeout());
+  if (h.value_len && !recv_all(fd_, out.data(), out.size(), frame_deadline, what)) {
+    ::shutdown(fd_, SHUT_RDWR);
+    throw PeerFailure(what + ": the store stopped in the middle of a reply");
   }
-  if (op == StoreOp::Check) out.assign(1, h.status == kOk ? 1 : 0);
-  if (op == StoreOp::Get && h.status == kMissing) {
+  return finish_reply(op, key, timeout, h.status, std::move(out));
+}
+
+Bytes StoreClient::finish_reply(StoreOp op, const std::string& key,
+                                std::chrono::milliseconds timeout, int status, Bytes out) {
+  const std::string what = "rendezvous store at " + address();
+  if (op == StoreOp::Check) out.assign(1, status == kOk ? 1 : 0);
+  if (op == StoreOp::Get && status == kMissing) {
     throw Timeout("timed out after " + std::to_string(timeout.count()) + " ms waiting for key '" +
                   key + "' in the " + what);
   }

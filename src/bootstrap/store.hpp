@@ -150,6 +150,9 @@ class StoreClient final : public Store {
                 const std::string& what);
   Bytes request(StoreOp op, const std::string& key, const Bytes& value,
                 std::chrono::milliseconds timeout);
+  // Our reply's meaning: Check's answer, Get's "missing" as a Timeout.
+  Bytes finish_reply(StoreOp op, const std::string& key, std::chrono::milliseconds timeout,
+                     int status, Bytes out);
 
   std::mutex mutex_;
   std::atomic<int64_t> op_timeout_ms_{60'000};

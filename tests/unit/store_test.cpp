@@ -12,7 +12,9 @@
 #include <memory>
 #include <thread>
 
+#include "bootstrap/socket_util.hpp"
 #include "bootstrap/store.hpp"
+#include "bootstrap/store_protocol.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -466,6 +468,60 @@ TEST(Store, AStormOfDroppedConnectionsLogsTenLinesAndASummary) {
   const auto lines = std::count(log.begin(), log.end(), '\n');
   EXPECT_GE(lines, 10) << log;
   EXPECT_LE(lines, 12) << log;
+}
+
+// A loaded server sends a reply's header in time and its value after the request's deadline:
+// the client reads the frame whole, and the next request reads its own reply (the value's tail
+// was once read as the next header: "malformed reply", which ended a job's init). A scripted
+// server: the handshake, a get answered in two parts with a pause past the client's deadline,
+// then an add answered at once.
+TEST(StoreClient, AReplyWhoseValueComesLateIsReadWhole) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread server([listener] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    auto send_bytes = [fd](const Bytes& b, size_t from, size_t to) {
+      ASSERT_EQ(::send(fd, b.data() + from, to - from, 0), static_cast<ssize_t>(to - from));
+    };
+    auto read_frame = [fd]() {
+      FrameHeader h{};
+      EXPECT_TRUE(recv_all(fd, &h, sizeof h, Clock::now() + 10s, "test"));
+      Bytes rest(h.key_len + h.value_len);
+      if (!rest.empty()) {
+        EXPECT_TRUE(recv_all(fd, rest.data(), rest.size(), Clock::now() + 10s, "test"));
+      }
+      return h.op;
+    };
+    const Bytes challenge =
+        make_frame(static_cast<uint8_t>(StoreOp::Challenge), kOk, "", Bytes(32, 7));
+    send_bytes(challenge, 0, challenge.size());
+    read_frame();  // hello
+    const Bytes admitted = make_frame(static_cast<uint8_t>(StoreOp::Hello), kOk, "", {});
+    send_bytes(admitted, 0, admitted.size());
+    EXPECT_EQ(read_frame(), static_cast<uint8_t>(StoreOp::Get));
+    const Bytes reply = make_frame(static_cast<uint8_t>(StoreOp::Get), kOk, "", Bytes(5000, 3));
+    send_bytes(reply, 0, 16 + 100);  // the header and a little of the value
+    // Fault injection: the rest comes after the client's deadline (1 ms + its 1 s grace).
+    std::this_thread::sleep_for(1500ms);
+    send_bytes(reply, 16 + 100, reply.size());
+    EXPECT_EQ(read_frame(), static_cast<uint8_t>(StoreOp::Add));
+    Bytes seven(8, 0);
+    seven[0] = 7;
+    const Bytes added = make_frame(static_cast<uint8_t>(StoreOp::Add), kOk, "", seven);
+    send_bytes(added, 0, added.size());
+    ::close(fd);
+  });
+  StoreClient client("127.0.0.1", ntohs(addr.sin_port), soon());
+  EXPECT_EQ(client.get("slow", 1ms), Bytes(5000, 3));
+  EXPECT_EQ(client.add("counter", 1), 7);
+  server.join();
+  ::close(listener);
 }
 
 }  // namespace
