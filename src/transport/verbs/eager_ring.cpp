@@ -65,10 +65,9 @@ std::optional<Message> read(const uint8_t* slot, uint64_t number) {
                          std::to_string(len) + " bytes; a slot holds " +
                          std::to_string(kMaxPayload));
   }
-  // The acquire load of the head orders the reads below after it; the bytes may still be
-  // landing, which the checksum catches.
+  // The acquire loads of head and trailer order the reads below after them; the bytes may
+  // still be landing, which the checksum catches.
   const uint64_t trailer = load_number(slot + kHeaderBytes + round8(len));
-  std::atomic_thread_fence(std::memory_order_acquire);
   if (trailer != (number ^ checksum(slot + 8, kHeaderBytes - 8 + round8(len)))) return std::nullopt;
   Message m;
   std::memcpy(&m.credit, slot + 12, 4);
