@@ -53,7 +53,7 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
   // memory hooks; otherwise a probe unmap checks that the hook really fires (as UCX's own
   // ucm_test_events does): a static link or another hooking library can defeat it.
   std::string no_events;
-  const char* ucx_events = env("UCX_MEM_EVENTS");
+  const char* ucx_events = std::getenv("UCX_MEM_EVENTS");  // UCX's own setting, not ours
   if (ucx_events && (std::string(ucx_events) == "no" || std::string(ucx_events) == "n" ||
                      std::string(ucx_events) == "0")) {
     no_events = "UCX_MEM_EVENTS=" + std::string(ucx_events);
