@@ -210,8 +210,9 @@ TEST(Verbs, QpsPerPeerMismatchIsRefusedOnEveryRank) {
       2,
       [](int rank, int) {
         ::setenv("RDMACOLL_IB_QPS_PER_PEER", rank == 0 ? "1" : "2", 1);
-        expect_throw_with<Error>([] { init_process_group(); },
-                                 "set RDMACOLL_IB_QPS_PER_PEER the same on every rank");
+        expect_throw_with<Error>(
+            [] { init_process_group(); },
+            "ranks disagree on RDMACOLL_IB_QPS_PER_PEER (rank 0 '1', rank 1 '2')");
       },
       opt));
 }
