@@ -97,7 +97,19 @@ const char* short_name(DType d) {
   }
 }
 
+enum class Kind {
+  AllReduce,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  Gather,
+  Scatter,
+  SendRecv
+};
+
 struct OneColumnOp {
+  Kind kind;  // the timed loop dispatches on it, not on the name
   const char* name;
   const char* title;  // for the header line
   bool pieces;        // size is p pieces of whole elements
@@ -106,17 +118,21 @@ struct OneColumnOp {
 };
 
 const OneColumnOp kOneColumnOps[] = {
-    {"all_reduce", "all_reduce (sum, in place)", false, true,
+    {Kind::AllReduce, "all_reduce", "all_reduce (sum, in place)", false, true,
      [](int p) { return 2.0 * (p - 1) / p; }},
-    {"reduce_scatter", "reduce_scatter_tensor (sum)", true, true,
+    {Kind::ReduceScatter, "reduce_scatter", "reduce_scatter_tensor (sum)", true, true,
      [](int p) { return (p - 1.0) / p; }},
-    {"broadcast", "broadcast (from rank 0)", false, false, [](int) { return 1.0; }},
-    {"reduce", "reduce (sum, to rank 0, in place)", false, true, [](int) { return 1.0; }},
-    {"alltoall", "all_to_all_single (equal splits)", true, false,
+    {Kind::Broadcast, "broadcast", "broadcast (from rank 0)", false, false,
+     [](int) { return 1.0; }},
+    {Kind::Reduce, "reduce", "reduce (sum, to rank 0, in place)", false, true,
+     [](int) { return 1.0; }},
+    {Kind::AllToAll, "alltoall", "all_to_all_single (equal splits)", true, false,
      [](int p) { return (p - 1.0) / p; }},
-    {"gather", "gather (to rank 0)", true, false, [](int p) { return (p - 1.0) / p; }},
-    {"scatter", "scatter (from rank 0)", true, false, [](int p) { return (p - 1.0) / p; }},
-    {"sendrecv", "send to rank+1, recv from rank-1 (one batch)", false, false,
+    {Kind::Gather, "gather", "gather (to rank 0)", true, false,
+     [](int p) { return (p - 1.0) / p; }},
+    {Kind::Scatter, "scatter", "scatter (from rank 0)", true, false,
+     [](int p) { return (p - 1.0) / p; }},
+    {Kind::SendRecv, "sendrecv", "send to rank+1, recv from rank-1 (one batch)", false, false,
      [](int) { return 1.0; }},
 };
 
@@ -369,30 +385,41 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
     };
     write_inputs();
     progress.set_phase("size " + std::to_string(count * es) + " " + op);
+    // Built before timing, as MPI_Sendrecv's arguments are.
+    P2POp send, recv;
+    send.tensor = t;
+    send.peer = next;
+    recv.kind = P2POp::Kind::Recv;
+    recv.tensor = out;
+    recv.peer = prev;
+    const std::vector<P2POp> pair = {send, recv};
     auto call = [&] {
-      if (op == "reduce_scatter")
-        reduce_scatter_tensor(out, t);
-      else if (op == "broadcast")
-        broadcast(t, root);
-      else if (op == "all_reduce")
-        all_reduce(t);
-      else if (op == "reduce")
-        reduce(t, root);
-      else if (op == "alltoall")
-        all_to_all_single(out, t);
-      else if (op == "gather")
-        gather(rank == root ? &out : nullptr, t, root);
-      else if (op == "scatter")
-        scatter(out, rank == root ? &t : nullptr, root);
-      else {
-        P2POp send, recv;
-        send.tensor = t;
-        send.peer = next;
-        recv.kind = P2POp::Kind::Recv;
-        recv.tensor = out;
-        recv.peer = prev;
-        for (const Work& w : batch_isend_irecv({send, recv}))
-          w.wait();
+      switch (spec.kind) {
+        case Kind::ReduceScatter:
+          reduce_scatter_tensor(out, t);
+          break;
+        case Kind::Broadcast:
+          broadcast(t, root);
+          break;
+        case Kind::AllReduce:
+          all_reduce(t);
+          break;
+        case Kind::Reduce:
+          reduce(t, root);
+          break;
+        case Kind::AllToAll:
+          all_to_all_single(out, t);
+          break;
+        case Kind::Gather:
+          gather(rank == root ? &out : nullptr, t, root);
+          break;
+        case Kind::Scatter:
+          scatter(out, rank == root ? &t : nullptr, root);
+          break;
+        case Kind::SendRecv:
+          for (const Work& w : batch_isend_irecv(pair))
+            w.wait();
+          break;
       }
     };
     Result res = time_calls(call, o.iters, o.warmup, world, progress);
