@@ -3,6 +3,30 @@
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::detail {
+namespace {
+
+// The waiter throws its own copy of an rdmacoll error. The stored one is shared with the thread
+// that finished the work, and that thread may drop the last reference after the waiter has
+// caught it; libstdc++ counts exception_ptr references where TSan cannot see, so that reads as a
+// race. Copying while the waiter still holds the WorkState orders every use of the original
+// before its destruction. Other types (a callback's own) are rethrown as they are.
+[[noreturn]] void throw_own_copy(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(e.what());
+  } catch (const Timeout& e) {
+    throw Timeout(e.what());
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(e.what());
+  } catch (const TransportError& e) {
+    throw TransportError(e.what());
+  } catch (const Error& e) {
+    throw Error(e.what());
+  }
+}
+
+}  // namespace
 
 void WorkState::finish(std::exception_ptr error) {
   // Callbacks run before waiters are released: one that throws makes its exception the work's
@@ -66,7 +90,7 @@ void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   } else {
     cv_.wait(lock, [&] { return done_; });
   }
-  if (error_) std::rethrow_exception(error_);
+  if (error_) throw_own_copy(error_);
 }
 
 }  // namespace rdmacoll::detail
