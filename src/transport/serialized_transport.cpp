@@ -54,11 +54,11 @@ class SerializedTransport final : public Transport {
   size_t max_message_bytes() const override { return inner_->max_message_bytes(); }
   RequestPtr send(int peer, uint64_t tag, const void* data, size_t length) override {
     std::lock_guard lock(mu_);
-    return inner_->send(peer, tag, data, length);
+    return posted(inner_->send(peer, tag, data, length));
   }
   RequestPtr recv(int peer, uint64_t tag, void* buffer, size_t capacity) override {
     std::lock_guard lock(mu_);
-    return inner_->recv(peer, tag, buffer, capacity);
+    return posted(inner_->recv(peer, tag, buffer, capacity));
   }
   bool needs_registered_source() const override { return inner_->needs_registered_source(); }
   void forget_registration(const MemoryRegion& region) override {
@@ -76,12 +76,12 @@ class SerializedTransport final : public Transport {
   RequestPtr write(const MemoryRegion& src, size_t src_offset, const RemoteRegion& dst,
                    size_t dst_offset, size_t length, uint64_t signal) override {
     std::lock_guard lock(mu_);
-    return inner_->write(src, src_offset, dst, dst_offset, length, signal);
+    return posted(inner_->write(src, src_offset, dst, dst_offset, length, signal));
   }
   RequestPtr expect(int peer, MemoryRegion& region, size_t offset, size_t length,
                     uint64_t signal) override {
     std::lock_guard lock(mu_);
-    return inner_->expect(peer, region, offset, length, signal);
+    return posted(inner_->expect(peer, region, offset, length, signal));
   }
   std::shared_ptr<MemoryRegion> allocate_mappable(size_t length) override {
     std::lock_guard lock(mu_);
@@ -193,6 +193,18 @@ class SerializedTransport final : public Transport {
   }
 
  private:
+  // Called with the lock held after posting: the post may have started work only progress
+  // moves on, with no event on the fds (UCX matching a receive to a rendezvous that came
+  // before it, then reading over cma). A thread blocked in poll() wakes to progress it; without
+  // this a send/recv pair of 16-64 KiB between two threads' waits took the whole 100 ms cap.
+  RequestPtr posted(RequestPtr request) {
+    if (polling_ && wake_fd_ >= 0) {
+      const uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+    }
+    return request;
+  }
+
   // Called with the lock held after progress that may complete another thread's request: the
   // followers re-check, and the poller (whose fd event this thread may have consumed) wakes.
   void report_progress() {

@@ -5,6 +5,7 @@
 namespace rdmacoll::transport::ucx_impl {
 
 void UcxTransport::flushed(UcxRequest* req, ucs_status_t status) {
+  --flushes_in_flight_;
   auto keep = release(req);
   if (!keep) return;
   if (status != UCS_OK) {

@@ -242,6 +242,9 @@ class UcxTransport final : public Transport {
   // when unpacking the key of shared memory that is already gone.
   std::vector<std::shared_ptr<UcxMemoryRegion>> allocated_;
   std::deque<std::shared_ptr<UcxRequest>> pending_notifications_;
+  // Flushes UCX has not completed: they complete in progress() with no event on the worker's
+  // fd (cma's puts finish locally), so a wait must not block on that fd while any is out.
+  size_t flushes_in_flight_ = 0;
 };
 
 }  // namespace rdmacoll::transport::ucx_impl

@@ -193,6 +193,7 @@ RequestPtr UcxTransport::write(const MemoryRegion& src, size_t src_offset, const
     send_notification(req);
   } else {
     req->ucx = r;
+    ++flushes_in_flight_;
     hold(req);
   }
   return req;
@@ -255,6 +256,11 @@ bool UcxTransport::progress() {
 
 bool UcxTransport::prepare_wait() {
   if (efd_ < 0) {  // no wakeup support: yield instead of blocking
+    sched_yield();
+    return false;
+  }
+  // Work that completes only by progress, with nothing to wake the fd: yield, then look again.
+  if (flushes_in_flight_ > 0 || !pending_notifications_.empty()) {
     sched_yield();
     return false;
   }
