@@ -67,8 +67,37 @@ std::string describe_op(const char* verb, size_t bytes, const char* dir, int pee
 
 }  // namespace
 
+// What a Work's waiter reaches the driver through: it may outlive the PointToPoint, which
+// detaches it (waiting for the waiters inside to leave) before it goes.
+struct PointToPoint::Helper final : detail::WorkHelper {
+  explicit Helper(PointToPoint* p) : owner(p) {}
+  void help(const WorkState& work) override {
+    PointToPoint* p;
+    {
+      std::lock_guard lock(mu);
+      if (!owner) return;
+      p = owner;
+      ++inside;
+    }
+    p->help(work);
+    std::lock_guard lock(mu);
+    --inside;
+    cv.notify_all();
+  }
+  void detach() {
+    std::unique_lock lock(mu);
+    owner = nullptr;
+    cv.wait(lock, [&] { return inside == 0; });
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  PointToPoint* owner;
+  int inside = 0;
+};
+
 PointToPoint::PointToPoint(transport::Transport& transport, SpinPolicy spin)
-    : t_(transport), spin_(spin) {}
+    : t_(transport), spin_(spin), helper_(std::make_shared<Helper>(this)) {}
 
 PointToPoint::~PointToPoint() {
   {
@@ -76,6 +105,7 @@ PointToPoint::~PointToPoint() {
     stop_ = true;
     cv_.notify_all();
   }
+  helper_->detach();
   if (driver_.joinable()) driver_.join();
   // Groups abandon their operations before the engine goes; whatever is left fails here.
   std::vector<Finished> done;
@@ -138,6 +168,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   op->me = g.rank;
   op->members = g.members;
   op->deadline = Clock::now() + g.timeout;
+  op->work->set_helper(helper_);
   std::vector<Finished> done;
   {
     std::lock_guard lock(mu_);
@@ -180,54 +211,81 @@ void PointToPoint::drive() {
   std::unique_lock lock(mu_);
   int idle = 0;
   while (!stop_) {
-    if (ops_.empty()) {
+    if (ops_.empty() || helping_ > 0) {
       idle = 0;
-      cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!ops_.empty() && helping_ == 0); });
       continue;
     }
-    bool moved = false;
-    std::vector<Finished> done;
+    Clock::time_point next;
+    if (pass(lock, next)) {
+      idle = 0;
+      continue;
+    }
+    idle_wait(lock, idle, next);
+  }
+}
+
+void PointToPoint::help(const WorkState& work) {
+  std::unique_lock lock(mu_);
+  ++helping_;
+  int idle = 0;
+  // With nothing outstanding, whoever took the work's operation out finishes it.
+  while (!stop_ && !ops_.empty() && !work.completed()) {
+    Clock::time_point next;
+    if (pass(lock, next)) {
+      idle = 0;
+      continue;
+    }
+    idle_wait(lock, idle, next);
+  }
+  --helping_;
+  cv_.notify_all();
+}
+
+bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next) {
+  bool moved = false;
+  try {
+    moved = t_.progress();
+  } catch (const std::exception&) {
+    // A transport failure shows in the requests it failed; each operation reports its own.
+  }
+  std::vector<Finished> done;
+  next = Clock::now() + std::chrono::milliseconds(100);
+  for (auto& op : ops_) {
+    if (!op->work) continue;
     try {
-      moved = t_.progress();
-    } catch (const std::exception&) {
-      // A transport failure shows in the requests it failed; each operation reports its own.
+      moved = step(*op, done) || moved;
+    } catch (...) {
+      fail(*op, std::current_exception(), done);
+      moved = true;
     }
-    Clock::time_point next = Clock::now() + std::chrono::milliseconds(100);
-    for (auto& op : ops_) {
-      if (!op->work) continue;
-      try {
-        moved = step(*op, done) || moved;
-      } catch (...) {
-        fail(*op, std::current_exception(), done);
-        moved = true;
-      }
-      if (op->work) next = std::min(next, op->deadline);
-    }
-    std::erase_if(ops_, [](const auto& p) { return !p->work; });
-    if (!done.empty()) {
-      lock.unlock();
-      for (auto& [work, error] : done)
-        work->finish(error);
-      lock.lock();
-    }
-    if (moved) {
-      idle = 0;
-      continue;
-    }
-    // Poll a little first (a wake-up from poll() costs tens of us), yielding the core when ranks
-    // outnumber cores, then block until the transport has something or a deadline comes.
-    if (++idle <= 64) {
-      if (spin_.yield) {
-        lock.unlock();
-        sched_yield();
-        lock.lock();
-      }
-      continue;
-    }
+    if (op->work) next = std::min(next, op->deadline);
+  }
+  std::erase_if(ops_, [](const auto& p) { return !p->work; });
+  if (!done.empty()) {
     lock.unlock();
-    t_.wait_for_event(next);
+    for (auto& [work, error] : done)
+      work->finish(error);
+    done.clear();
     lock.lock();
   }
+  return moved;
+}
+
+void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, int& idle,
+                             Clock::time_point next) {
+  // A wake-up from poll() costs tens of us: poll a little first.
+  if (++idle <= 64) {
+    if (spin_.yield) {
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+    }
+    return;
+  }
+  lock.unlock();
+  t_.wait_for_event(next);
+  lock.lock();
 }
 
 void PointToPoint::check_alive(Op& op) {

@@ -56,8 +56,19 @@ class PointToPoint {
   using Finished = std::pair<std::shared_ptr<WorkState>, std::exception_ptr>;
   using Channel = std::tuple<uint32_t, int, uint32_t>;  // group, peer (group rank), tag
 
+  struct Helper;
+
   void add(std::unique_ptr<Op> op);
   void drive();
+  // A waiter's thread carries the operations on until `work` has completed (the driver stands
+  // aside meanwhile): a thread hand-off per message costs more than a small message.
+  void help(const WorkState& work);
+  // One pass over the operations (progress, a step each, finishing those done with the lock
+  // released); true if anything moved. `next`: when a wait must end to meet a deadline.
+  bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next);
+  // Nothing moved: spin a little (yielding the core when ranks outnumber cores), then block in
+  // the transport until it has something or `next` comes.
+  void idle_wait(std::unique_lock<std::mutex>& lock, int& idle, transport::Clock::time_point next);
   // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
   // changed. Throws to fail it.
   bool step(Op& op, std::vector<Finished>& done);
@@ -84,6 +95,8 @@ class PointToPoint {
   std::map<Channel, std::deque<std::vector<uint8_t>>> stash_;
   std::thread driver_;
   bool stop_ = false;
+  int helping_ = 0;  // waiters in help(): the driver stands aside
+  std::shared_ptr<Helper> helper_;
 };
 
 }  // namespace rdmacoll::engine

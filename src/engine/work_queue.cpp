@@ -80,6 +80,12 @@ void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   // Without a timeout, run it here if it has not started (a wait with one must return then).
   if (!timeout && !completed()) {
     if (auto core = queue_.lock()) core->run_until(this);
+    std::shared_ptr<WorkHelper> helper;
+    {
+      std::lock_guard lock(mu_);
+      if (!done_) helper = helper_.lock();
+    }
+    if (helper) helper->help(*this);
   }
   std::unique_lock lock(mu_);
   if (timeout) {

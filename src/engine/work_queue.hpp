@@ -29,6 +29,17 @@ struct QueueCore;
 
 namespace rdmacoll::detail {
 
+class WorkState;
+
+// What carries a started operation on to its end (the point-to-point driver): a thread that
+// waits for the operation helps it there instead of sleeping until another thread has.
+class WorkHelper {
+ public:
+  virtual ~WorkHelper() = default;
+  // Moves operations on until `work` has completed or the helper goes away.
+  virtual void help(const WorkState& work) = 0;
+};
+
 // One issued collective: completion and its error.
 class WorkState {
  public:
@@ -60,6 +71,11 @@ class WorkState {
     error = early_error_;
     return true;
   }
+  // A waiter without a timeout helps `helper` carry the work to its end.
+  void set_helper(std::weak_ptr<WorkHelper> helper) {
+    std::lock_guard lock(mu_);
+    helper_ = std::move(helper);
+  }
   // A receive's sender (global rank) once known, else -1.
   void set_source(int global_rank) { source_.store(global_rank, std::memory_order_release); }
   int source() const { return source_.load(std::memory_order_acquire); }
@@ -68,6 +84,7 @@ class WorkState {
   friend class engine::GroupQueue;
   std::string what_;
   std::weak_ptr<engine::QueueCore> queue_;  // where it waits to start, for a waiter to run it
+  std::weak_ptr<WorkHelper> helper_;        // what moves it on once started, if not the queue
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
