@@ -198,10 +198,7 @@ class SerializedTransport final : public Transport {
   // before it, then reading over cma). A thread blocked in poll() wakes to progress it; without
   // this a send/recv pair of 16-64 KiB between two threads' waits took the whole 100 ms cap.
   RequestPtr posted(RequestPtr request) {
-    if (polling_ && wake_fd_ >= 0) {
-      const uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
-    }
+    wake_poller();
     return request;
   }
 
@@ -213,6 +210,11 @@ class SerializedTransport final : public Transport {
       ++epoch_;
       cv_.notify_all();
     }
+    wake_poller();
+  }
+
+  // With the lock held: a thread blocked in poll() on the fds returns and looks again.
+  void wake_poller() {
     if (polling_ && wake_fd_ >= 0) {
       const uint64_t one = 1;
       [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
