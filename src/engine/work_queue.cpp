@@ -63,7 +63,14 @@ void WorkState::on_completion(std::function<void(std::exception_ptr)> callback) 
     }
     error = error_;
   }
-  callback(error);
+  // Already complete: the callback runs here, and what it throws becomes the work's error, as
+  // it would on the completing thread; it never escapes into the caller's on_completion.
+  try {
+    callback(error);
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
 }
 
 bool WorkState::completed() const {

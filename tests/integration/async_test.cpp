@@ -227,6 +227,14 @@ TEST(Async, ACompletionCallbackThatThrowsBecomesTheWorksErrorAndTheProcessLives)
     Tensor u = filled(10, rank, 1);
     all_reduce(u, ReduceOp::Sum, g);  // the group goes on
     check_summed(u, p, 1, "the next call");
+    // A callback added after completion runs at once on this thread; its throw also becomes
+    // the work's error instead of escaping from on_completion (found by the chaos harness).
+    Tensor v = filled(10, rank, 2);
+    Work done = all_reduce(v, ReduceOp::Sum, g, true);
+    done.wait();
+    done.on_completion([](std::exception_ptr) { throw std::runtime_error("the late callback"); });
+    expect_throw_with<std::runtime_error>([&] { done.wait(); }, "the late callback");
+    check_summed(v, p, 2, "the call the late callback followed");
   }));
 }
 
