@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """Chaos and soak runs: random collectives (chaos_worker) on 2-8 ranks (one run in six: 4 threads
-per rank on groups of their own, over TCP), with a fault in most
-runs: a rank SIGKILLed or SIGSTOPped at a random moment, or hostile clients on the rendezvous
-port (garbage, half frames, a hello without the token, a flood of connections). Counts, over
-all runs: hangs (a survivor still running past timeout + grace + slack), crashes (a survivor
-killed by a signal or exiting with another code), wrong elements, and unexpected errors (an
-error in a run without a fault that could cause one). All must be 0.
+per rank on groups of their own, over TCP; completion callbacks that throw or destroy their
+group in every run; no token in three runs in ten), with a fault in most runs:
+- a rank SIGKILLed or SIGSTOPped at a random moment;
+- a rank exiting mid-run, through abort_process_group() (torch's exit hook) or by exit()
+  without destroy_process_group;
+- hostile clients on the rendezvous port: garbage, half frames, a hello without the token, a
+  flood of connections, pipelined GETs of a large value and GETs left waiting;
+- a squatter that holds the port before rank 0 and answers like a store that has no token.
+Counts, over all runs: hangs (a survivor still running past timeout + grace + slack), crashes (a
+survivor killed by a signal or exiting with another code), wrong elements, and unexpected
+errors (an error in a run without a fault that could cause one). All must be 0. For exiting
+ranks it also reports how long the survivors that raised took after the exit.
 
     tests/chaos/chaos.py --worker build/tests/chaos_worker --runs 1000
 """
 import argparse
 import os
 import random
+import re
 import secrets
 import signal
 import socket
@@ -50,6 +57,20 @@ def hostile_client(port, kind, stop):
             elif kind == "no_token":  # a well-formed hello without the job's proof
                 s.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))
                 s.recv(4096)
+            elif kind == "get_flood":  # one large value, then GETs of it in one send, unread
+                s.settimeout(1)
+                s.recv(48)  # the challenge
+                s.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))  # hello
+                big = b"chaos/big"
+                s.sendall(magic + bytes([1, 0, 0, 0]) + struct.pack("<II", len(big), 1 << 20)
+                          + big + b"x" * (1 << 20))
+                get = magic + bytes([2, 0, 0, 0]) + struct.pack("<II", len(big), 8) + big \
+                    + struct.pack("<q", 1000)
+                waiting = b"chaos/never"
+                wait = magic + bytes([2, 0, 0, 0]) + struct.pack("<II", len(waiting), 8) \
+                    + waiting + struct.pack("<q", 60000)
+                s.sendall(get * 300 + wait * 40)
+                stop.wait(1.0)
             elif kind == "flood":
                 extra = []
                 for _ in range(50):
@@ -67,15 +88,44 @@ def hostile_client(port, kind, stop):
         stop.wait(0.02)
 
 
+def squatter(listener, stop):
+    """Holds the rendezvous port before rank 0 and answers like a store without a token: a
+    challenge, then a bare "ok" to whatever comes, then garbage."""
+    magic = struct.pack("<I", 0x52444353)
+    listener.settimeout(0.1)
+    conns = []
+    while not stop.is_set():
+        try:
+            c, _ = listener.accept()
+        except OSError:
+            continue
+        try:
+            c.sendall(magic + bytes([7, 0, 0, 0]) + struct.pack("<II", 0, 32) + os.urandom(32))
+            c.settimeout(0.5)
+            if c.recv(4096):
+                c.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))
+                c.sendall(os.urandom(64))
+        except OSError:
+            pass
+        conns.append(c)
+    for c in conns:
+        c.close()
+    listener.close()
+
+
 def one_run(worker, index, seed, rng):
     n = rng.choice([2, 2, 3, 3, 4, 4, 5, 6, 8])
-    fault = rng.choice(["none", "kill", "kill", "stop", "stop", "hostile"])
+    fault = rng.choice(["none", "kill", "kill", "stop", "stop", "exit", "exit", "hostile",
+                        "hostile", "squatter"])
     calls = rng.randint(5, 60)
     env = dict(os.environ)
+    env.pop("RDMACOLL_AUTH_TOKEN", None)
     port = free_port()
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
-               RDMACOLL_TIMEOUT_S=str(TIMEOUT_S), RDMACOLL_AUTH_TOKEN=secrets.token_hex(16),
-               RDMACOLL_JOB_ID=f"chaos-{index}", UCX_WARN_UNUSED_ENV_VARS="n")
+               RDMACOLL_TIMEOUT_S=str(TIMEOUT_S), RDMACOLL_JOB_ID=f"chaos-{index}",
+               UCX_WARN_UNUSED_ENV_VARS="n")
+    if rng.random() < 0.7:
+        env["RDMACOLL_AUTH_TOKEN"] = secrets.token_hex(16)
     if rng.random() < 0.3:
         env["UCX_TLS"] = "tcp"
     if rng.random() < 0.3:
@@ -83,36 +133,52 @@ def one_run(worker, index, seed, rng):
     # One run in six: the case that once stalled, 4 threads per rank each on a group of its own,
     # 2 ranks over UCX_TLS=tcp.
     threads = 1
-    if rng.random() < 1 / 6:
+    if rng.random() < 1 / 6 and fault != "exit":  # a rank exits from its only thread
         threads, n = 4, 2
         env.update(WORLD_SIZE="2", UCX_TLS="tcp")
+    victim = rng.randrange(n) if fault in ("kill", "stop", "exit") else None
+    stop = threading.Event()
+    squat = None
+    if fault == "squatter":
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(64)
+        squat = threading.Thread(target=squatter, args=(listener, stop), daemon=True)
+        squat.start()
+    exit_mode = None
+    if fault == "exit":
+        exit_mode = rng.choice(["abort", "plain"])
+        fault = "exit:" + exit_mode
     procs = []
     for r in range(n):
         e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+        if r == victim and exit_mode:
+            e["CHAOS_EXIT_AT"] = f"{rng.randrange(calls)}:{exit_mode}"
         procs.append(subprocess.Popen([worker, str(seed), str(calls), str(threads)], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    victim = rng.randrange(n) if fault in ("kill", "stop") else None
-    stop = threading.Event()
     hostile = None
     if fault == "hostile":
-        kind = rng.choice(["garbage", "half_frame", "no_token", "flood"])
+        kind = rng.choice(["garbage", "half_frame", "no_token", "flood", "get_flood"])
         hostile = threading.Thread(target=hostile_client, args=(port, kind, stop), daemon=True)
         hostile.start()
         fault = "hostile:" + kind
     start = time.monotonic()
-    if victim is not None:
+    if victim is not None and not exit_mode:
         time.sleep(rng.uniform(0.0, 2.0))
         if procs[victim].poll() is None:
             procs[victim].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     deadline = start + TIMEOUT_S + GRACE_S + SLACK_S + (2.0 if victim is not None else 0)
     survivors = [r for r in range(n) if r != victim]
     hung = []
-    for r in survivors:
+    watched = survivors + ([victim] if exit_mode else [])  # an exiting rank must end too
+    for r in watched:
         try:
             procs[r].wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            hung.append(r)
+            pass
+    hung = [r for r in watched if procs[r].poll() is None]
     stop.set()
     for p in procs:  # the stopped victim and anything hung
         if p.poll() is None:
@@ -121,7 +187,17 @@ def one_run(worker, index, seed, rng):
     outs = [p.stdout.read() for p in procs]
     result = {"fault": fault + ("+threads" if threads > 1 else ""), "n": n, "hang": 0,
               "crash": 0, "wrong": 0, "unexpected": 0,
-              "ok_ranks": 0, "error_ranks": 0, "notes": []}
+              "ok_ranks": 0, "error_ranks": 0, "notes": [], "noticed_after": []}
+    if exit_mode and victim not in hung:
+        if procs[victim].returncode != 0:
+            result["crash"] += 1
+            result["notes"].append(f"exiting rank {victim} exit {procs[victim].returncode}:\n"
+                                   f"{outs[victim][-3000:]}")
+        left = re.search(r"leaving at ([0-9.]+)", outs[victim])
+        for r in survivors:
+            raised = re.search(r"error at ([0-9.]+)", outs[r])
+            if left and raised and procs[r].returncode == 3:
+                result["noticed_after"].append(float(raised.group(1)) - float(left.group(1)))
     for r in hung:
         result["hang"] += 1
         result["notes"].append(f"rank {r} hung:\n{outs[r][-2000:]}")
@@ -133,7 +209,7 @@ def one_run(worker, index, seed, rng):
             result["ok_ranks"] += 1
         elif code == 3:
             result["error_ranks"] += 1
-            if fault == "none" or fault.startswith("hostile"):
+            if fault == "none" or fault.startswith("hostile"):  # a squatter: errors expected
                 result["unexpected"] += 1
                 result["notes"].append(f"rank {r} raised without a fault:\n{outs[r][-2000:]}")
         elif code == 4:
@@ -156,6 +232,7 @@ def main():
     totals = {"runs": 0, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
               "ok_ranks": 0, "error_ranks": 0}
     faults = {}
+    noticed = []
     t0 = time.monotonic()
     for i in range(args.runs):
         seed = rng.randrange(1 << 62)
@@ -163,7 +240,8 @@ def main():
         totals["runs"] += 1
         for k in ("hang", "crash", "wrong", "unexpected", "ok_ranks", "error_ranks"):
             totals[k] += res[k]
-        faults[res["fault"].split(":")[0]] = faults.get(res["fault"].split(":")[0], 0) + 1
+        faults[res["fault"]] = faults.get(res["fault"], 0) + 1
+        noticed += res["noticed_after"]
         if res["notes"]:
             print(f"run {i} (seed {seed}, {res['n']} ranks, fault {res['fault']}):", flush=True)
             for note in res["notes"]:
@@ -174,6 +252,10 @@ def main():
           f"{totals['error_ranks']}; hangs {totals['hang']}, crashes {totals['crash']}, "
           f"wrong elements {totals['wrong']}, unexpected errors {totals['unexpected']}",
           flush=True)
+    if noticed:
+        noticed.sort()
+        print(f"chaos: after a rank exited, {len(noticed)} survivors raised; seconds after the "
+              f"exit: median {noticed[len(noticed) // 2]:.2f}, max {noticed[-1]:.2f}", flush=True)
     bad = totals["hang"] + totals["crash"] + totals["wrong"] + totals["unexpected"]
     return 1 if bad else 0
 

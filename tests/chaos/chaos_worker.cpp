@@ -1,12 +1,17 @@
 // One rank of a chaos run (tests/chaos/chaos.py starts them): random collectives, rooted calls,
 // all-to-alls and send/recv rings from a seed every rank shares (ops, sizes, dtypes, roots,
-// splits, async or not, subgroups made and destroyed), every element of every output checked.
+// splits, async or not, subgroups made and destroyed, completion callbacks that throw or destroy
+// their group), every element of every output checked.
 // Exit codes the driver counts:
 //   0  every call right;  3  a clear rdmacoll error (PeerFailure, Timeout, InvalidArgument);
 //   4  a wrong element (printed);  anything else, or a signal: a crash.
 //   chaos_worker <seed> <calls> [threads]   (threads > 1: each on a group of its own)
+// CHAOS_EXIT_AT="<call>:abort|plain" (the driver's exiting victim, one thread only): before that
+// call the rank leaves, through abort_process_group() as torch's exit hook does, or by exit()
+// without destroy_process_group, and exits 0.
 #include <rdmacoll/rdmacoll.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,6 +25,12 @@ using namespace rdmacoll;
 
 namespace {
 
+// CLOCK_MONOTONIC in seconds, which the driver's time.monotonic() also reads: when a rank left
+// and when a survivor raised.
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 // Small exact values, so sums of up to 8 ranks stay exact in every dtype used.
 double value(int global_rank, int call, int64_t i, DType dt) {
   const int64_t v = (global_rank * 7 + call * 13 + i * 3) % 16;
@@ -29,6 +40,9 @@ double value(int global_rank, int call, int64_t i, DType dt) {
 struct WrongElement {
   std::string what;
 };
+
+// What a completion callback throws; wait() must rethrow it, on every rank alike.
+struct CallbackThrew {};
 
 void expect(const Tensor& t, int64_t i, double want, const std::string& what) {
   if (t.item(i) != want) {
@@ -41,8 +55,8 @@ void expect(const Tensor& t, int64_t i, double want, const std::string& what) {
 
 // `calls` random calls on `group` (members: its global ranks), drawn from `seed`, which every
 // rank shares for this thread. Throws WrongElement or an rdmacoll::Error.
-void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
-               bool switch_groups) {
+void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members, bool switch_groups,
+               int exit_at = -1, bool exit_plain = false) {
   const int me = get_rank();
   const int world = get_world_size();
   std::mt19937_64 rng(seed);  // the same stream on every rank
@@ -51,6 +65,13 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
                           DType::Float64, DType::Int8,  DType::UInt8};
   const int64_t sizes[] = {0, 1, 7, 64, 1000, 4096, 65536, 262144};
   for (int c = 0; c < calls; ++c) {
+    if (c == exit_at) {
+      std::printf("[rank %d] leaving at %.6f before call %d (%s)\n", me, now_s(), c,
+                  exit_plain ? "plain" : "abort");
+      std::fflush(stdout);
+      if (!exit_plain) abort_process_group();
+      std::exit(0);
+    }
     // Now and then switch to a new random subgroup (every rank calls new_group alike; one
     // thread only: with several, each keeps the group it was given).
     if (switch_groups && pick(8) == 0) {
@@ -72,7 +93,37 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
     std::vector<int64_t> rows(static_cast<size_t>(gsize) * gsize);
     for (auto& r : rows)
       r = pick(4) == 0 ? 0 : n / 8 + pick(3);
-    if (!group.is_member()) continue;  // non-members draw alike, then skip
+    // An async call's completion callback, now and then: one that throws (wait() must rethrow
+    // it, the outputs still right), or one that destroys the call's subgroup from inside.
+    const int callback = async ? pick(6) : 0;  // 1: throws, 2: destroys a subgroup
+    // (Not for the send/recv ring: its isend is still the group's when the recv completes.)
+    const bool destroy_in_callback =
+        callback == 2 && switch_groups && !group.is_default() && op != 9;
+    if (!group.is_member()) {  // non-members draw alike, then skip
+      if (destroy_in_callback) {
+        destroy_group(group);
+        members.resize(world);
+        std::iota(members.begin(), members.end(), 0);
+      }
+      continue;
+    }
+    auto finish = [&](const Work& w) {
+      if (callback == 1) {
+        w.on_completion([](std::exception_ptr e) {
+          if (!e) throw CallbackThrew{};
+        });
+        try {
+          w.wait();
+        } catch (const CallbackThrew&) {
+          return;
+        }
+        throw WrongElement{"a completion callback's exception was not rethrown by wait()"};
+      }
+      if (destroy_in_callback) {
+        w.on_completion([g = group](std::exception_ptr) mutable { destroy_group(g); });
+      }
+      w.wait();
+    };
     const int p = group.size();
     const int gr = group.rank();
     const std::string what = "call " + std::to_string(c);
@@ -80,7 +131,7 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       Tensor in = zeros({n}, dt), out = zeros({p * n}, dt);
       for (int64_t i = 0; i < n; ++i)
         in.set(i, value(me, c, i, dt));
-      all_gather_into_tensor(out, in, group, async).wait();
+      finish(all_gather_into_tensor(out, in, group, async));
       for (int r = 0; r < p; ++r)
         for (int64_t i = 0; i < n; ++i)
           expect(out, r * n + i, value(members[r], c, i, dt), what + " all_gather");
@@ -88,7 +139,7 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       Tensor t = zeros({n}, dt);
       for (int64_t i = 0; i < n; ++i)
         t.set(i, value(me, c, i, dt));
-      all_reduce(t, ReduceOp::Sum, group, async).wait();
+      finish(all_reduce(t, ReduceOp::Sum, group, async));
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int m : members)
@@ -99,7 +150,7 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       Tensor in = zeros({p * n}, dt), out = zeros({n}, dt);
       for (int64_t i = 0; i < p * n; ++i)
         in.set(i, value(me, c, i, dt));
-      reduce_scatter_tensor(out, in, ReduceOp::Sum, group, async).wait();
+      finish(reduce_scatter_tensor(out, in, ReduceOp::Sum, group, async));
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int m : members)
@@ -110,14 +161,14 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       Tensor t = zeros({n}, dt);
       for (int64_t i = 0; i < n; ++i)
         t.set(i, me == src ? value(me, c, i, dt) : 99);
-      broadcast(t, src, group, async).wait();
+      finish(broadcast(t, src, group, async));
       for (int64_t i = 0; i < n; ++i)
         expect(t, i, value(src, c, i, dt), what + " broadcast");
     } else if (op == 5) {  // gather to src
       Tensor in = zeros({n}, dt), out = zeros({me == src ? p * n : 0}, dt);
       for (int64_t i = 0; i < n; ++i)
         in.set(i, value(me, c, i, dt));
-      gather(me == src ? &out : nullptr, in, src, group, async).wait();
+      finish(gather(me == src ? &out : nullptr, in, src, group, async));
       for (int r = 0; me == src && r < p; ++r)
         for (int64_t i = 0; i < n; ++i)
           expect(out, r * n + i, value(members[r], c, i, dt), what + " gather");
@@ -126,14 +177,14 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       for (int r = 0; me == src && r < p; ++r)
         for (int64_t i = 0; i < n; ++i)
           in.set(r * n + i, value(members[r], c, i, dt));
-      scatter(out, me == src ? &in : nullptr, src, group, async).wait();
+      finish(scatter(out, me == src ? &in : nullptr, src, group, async));
       for (int64_t i = 0; i < n; ++i)
         expect(out, i, value(me, c, i, dt), what + " scatter");
     } else if (op == 7) {  // reduce to src; the others' tensors stay as they were
       Tensor t = zeros({n}, dt);
       for (int64_t i = 0; i < n; ++i)
         t.set(i, value(me, c, i, dt));
-      reduce(t, src, ReduceOp::Sum, group, async).wait();
+      finish(reduce(t, src, ReduceOp::Sum, group, async));
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int m : members)
@@ -154,7 +205,7 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
       for (int j = 0, at = 0; j < p; ++j)
         for (int64_t k = 0; k < in_splits[j]; ++k)
           in.set(at++, piece(gr, j, k));
-      all_to_all_single(out, in, out_splits, in_splits, group, async).wait();
+      finish(all_to_all_single(out, in, out_splits, in_splits, group, async));
       for (int i = 0, at = 0; i < p; ++i)
         for (int64_t k = 0; k < out_splits[i]; ++k, ++at)
           expect(out, at, piece(i, gr, k), what + " all_to_all");
@@ -164,12 +215,17 @@ void run_calls(uint64_t seed, int calls, Group group, std::vector<int> members,
         out.set(i, value(me, c, i, dt));
       const int tag = c % (1 << 20);
       Work s = send(out, members[(gr + 1) % p], group, tag, true);
-      recv(in, members[(gr + p - 1) % p], group, tag, async).wait();
+      finish(recv(in, members[(gr + p - 1) % p], group, tag, async));
       s.wait();
       for (int64_t i = 0; i < n; ++i)
         expect(in, i, value(members[(gr + p - 1) % p], c, i, dt), what + " send/recv");
     } else {
-      barrier(group, async).wait();
+      finish(barrier(group, async));
+    }
+    if (destroy_in_callback) {  // the callback destroyed it; on to the world
+      group = Group{};
+      members.resize(world);
+      std::iota(members.begin(), members.end(), 0);
     }
   }
 }
@@ -190,7 +246,13 @@ int main(int argc, char** argv) {
     std::vector<int> all(world);
     std::iota(all.begin(), all.end(), 0);
     if (threads == 1) {
-      run_calls(seed, calls, Group{}, all, true);
+      int exit_at = -1;
+      bool exit_plain = false;
+      if (const char* e = std::getenv("CHAOS_EXIT_AT")) {
+        exit_at = std::atoi(e);
+        exit_plain = std::string(e).find("plain") != std::string::npos;
+      }
+      run_calls(seed, calls, Group{}, all, true, exit_at, exit_plain);
     } else {
       // Several threads per rank, each on a group of its own (made here, in the same order on
       // every rank), at once: the case that once stalled over UCX_TLS=tcp.
@@ -221,7 +283,7 @@ int main(int argc, char** argv) {
     std::printf("[rank %d] WRONG %s\n", me, e.what.c_str());
     return 4;
   } catch (const Error& e) {
-    std::printf("[rank %d] error: %s\n", me, e.what());
+    std::printf("[rank %d] error at %.6f: %s\n", me, now_s(), e.what());
     std::fflush(stdout);
     try {
       destroy_process_group();  // bounded after a failure: the driver times the whole rank
