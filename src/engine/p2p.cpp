@@ -169,6 +169,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   op->members = g.members;
   op->deadline = Clock::now() + g.timeout;
   op->work->set_helper(helper_);
+  const bool waiter_helps = op->work->started_by_its_waiter();
   std::vector<Finished> done;
   {
     std::lock_guard lock(mu_);
@@ -181,7 +182,9 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     }
     std::erase_if(ops_, [](const auto& p) { return !p->work; });
     if (!ops_.empty() && !driver_.joinable()) driver_ = std::thread([this] { drive(); });
-    cv_.notify_all();
+    // A blocking call's own thread helps it next, and wakes the driver when it stops helping;
+    // waking it now costs a context switch per call on a host without an idle core.
+    if (!waiter_helps) cv_.notify_all();
   }
   // Started from the group's queue, which finishes it once the group is free.
   for (auto& [work, error] : done)
@@ -239,7 +242,7 @@ void PointToPoint::help(const WorkState& work) {
     idle_wait(lock, idle, next);
   }
   --helping_;
-  cv_.notify_all();
+  if (helping_ == 0 && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
 }
 
 bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next) {

@@ -1,5 +1,7 @@
 #include "engine/work_queue.hpp"
 
+#include <utility>
+
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::detail {
@@ -26,7 +28,14 @@ namespace {
   }
 }
 
+// The work this thread's wait() is starting (QueueCore::run_until), if any.
+thread_local const WorkState* starting_own_wait = nullptr;
+
 }  // namespace
+
+bool WorkState::started_by_its_waiter() const {
+  return starting_own_wait == this;
+}
 
 void WorkState::finish(std::exception_ptr error) {
   // Callbacks run before waiters are released: one that throws makes its exception the work's
@@ -86,7 +95,14 @@ std::exception_ptr WorkState::error() const {
 void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   // Without a timeout, run it here if it has not started (a wait with one must return then).
   if (!timeout && !completed()) {
-    if (auto core = queue_.lock()) core->run_until(this);
+    if (auto core = queue_.lock()) {
+      struct Starting {  // restored however run_until ends, and across a nested wait
+        const WorkState* saved = std::exchange(starting_own_wait, nullptr);
+        ~Starting() { starting_own_wait = saved; }
+      } starting;
+      starting_own_wait = this;
+      core->run_until(this);
+    }
     std::shared_ptr<WorkHelper> helper;
     {
       std::lock_guard lock(mu_);

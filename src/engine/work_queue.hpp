@@ -71,6 +71,9 @@ class WorkState {
     error = early_error_;
     return true;
   }
+  // True on the thread that is starting this work from its own wait(): that thread helps it
+  // to its end next, so whatever starts it need not wake another thread to carry it.
+  bool started_by_its_waiter() const;
   // A waiter without a timeout helps `helper` carry the work to its end.
   void set_helper(std::weak_ptr<WorkHelper> helper) {
     std::lock_guard lock(mu_);
