@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "engine/call.hpp"
 #include "engine/call_descriptor.hpp"
@@ -15,6 +18,30 @@ namespace rdmacoll::engine {
 
 using transport::Clock;
 using transport::RequestPtr;
+
+namespace {
+
+// Message buffers are sized, not zero-filled: a receive's is the inline limit (64 KiB on one
+// host), and filling it took a memset of 64 KiB per 8-byte recv. A message overwrites what
+// is read of it; a send's is written whole (header, then data).
+template <typename T>
+struct Uninitialized : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = Uninitialized<U>;
+  };
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) {
+      ::new (static_cast<void*>(p)) U;
+    } else {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  }
+};
+using MessageBuffer = std::vector<uint8_t, Uninitialized<uint8_t>>;
+
+}  // namespace
 
 struct PointToPoint::Op {
   enum class Kind { Send, Recv } kind = Kind::Send;
@@ -34,9 +61,9 @@ struct PointToPoint::Op {
   bool started = false;
   // The data message: sent (a send), or received (a receive; one per member for any source).
   RequestPtr data_msg;
-  std::vector<uint8_t> buffer;
+  MessageBuffer buffer;
   std::vector<RequestPtr> any;
-  std::vector<std::vector<uint8_t>> any_buffers;
+  std::vector<MessageBuffer> any_buffers;
   bool data_done = false;  // a receive took in its sender's data message
   // Clear to send: received (a send) or sent (a receive).
   RequestPtr cts;
@@ -474,26 +501,29 @@ void PointToPoint::start_recv(Op& op) {
 // lets the write come. False when it was a leftover of an earlier, failed receive (dropped).
 bool PointToPoint::take_data(Op& op, int peer, std::span<const uint8_t> message) {
   const auto h = p2p::parse_data(message);
-  const std::string from = "rank " + std::to_string(op.global(peer));
-  if (!h) throw TransportError(op.what + ": malformed data message from " + from);
+  // Messages are built only on the error paths: this runs once per received message.
+  auto from = [&] { return "rank " + std::to_string(op.global(peer)); };
+  if (!h) throw TransportError(op.what + ": malformed data message from " + from());
   if (h->seq < op.seq) return false;
   if (h->seq != op.seq) {
-    throw TransportError(op.what + ": message #" + std::to_string(h->seq) + " from " + from +
+    throw TransportError(op.what + ": message #" + std::to_string(h->seq) + " from " + from() +
                          " came for receive #" + std::to_string(op.seq));
   }
-  const std::string sizes = op.what + ": " + from + " sends " + std::to_string(h->bytes) +
-                            " bytes with this tag, this recv takes " + std::to_string(op.bytes) +
-                            "; sizes must agree";
+  auto sizes = [&] {
+    return op.what + ": " + from() + " sends " + std::to_string(h->bytes) +
+           " bytes with this tag, this recv takes " + std::to_string(op.bytes) +
+           "; sizes must agree";
+  };
   if (h->bytes != op.bytes) {
     // A sender waiting for our clear-to-send learns why it will not come.
     if (h->kind == p2p::DataKind::RequestToSend && !op.cts_sent) {
-      send_clear_to_send(op, peer, sizes);
+      send_clear_to_send(op, peer, sizes());
     }
-    throw InvalidArgument(sizes);
+    throw InvalidArgument(sizes());
   }
   op.data_done = true;
   if (h->kind == p2p::DataKind::Inline) {
-    if (op.cts_sent) throw TransportError(sizes);  // cannot happen with equal sizes
+    if (op.cts_sent) throw TransportError(sizes());  // cannot happen with equal sizes
     if (op.bytes) std::memcpy(op.data, message.data() + p2p::kDataHeaderBytes, op.bytes);
     return true;
   }
