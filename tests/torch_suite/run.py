@@ -7,7 +7,8 @@ test's outcome to --out.
     BACKEND=rdmacoll .venv/bin/python tests/torch_suite/run.py --out /tmp/rdmacoll.txt
     BACKEND=gloo .venv/bin/python tests/torch_suite/run.py --out /tmp/gloo.txt
 
-Not part of ctest (it takes tens of minutes per backend on two cores); docs/torch.md gives the
+torch's test helpers need `expecttest` and `hypothesis` in the venv (`pip install expecttest
+hypothesis`). Not part of ctest (it takes tens of minutes per backend on two cores); docs/torch.md gives the
 counts and the reason for each failure that is not ours.
 """
 import argparse
@@ -53,7 +54,11 @@ def main():
         took = time.time() - t0
         name = t.id().rsplit(".", 1)[-1]
         if result.errors or result.failures:
-            why = (result.errors + result.failures)[0][1].strip().splitlines()[-1]
+            # The last line of the traceback that says what failed, not torch's repro footer.
+            lines = (result.errors + result.failures)[0][1].strip().splitlines()
+            said = [ln for ln in lines if ln.strip() and "PYTORCH_PRINT_REPRO" not in ln
+                    and not ln.startswith(("To execute this test", "    python "))]
+            why = said[-1] if said else lines[-1]
             outcomes.append((name, "failed", took, why[:300]))
         elif result.skipped:
             outcomes.append((name, "skipped", took, result.skipped[0][1][:200]))
