@@ -97,10 +97,9 @@ void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   if (!timeout && !completed()) {
     if (auto core = queue_.lock()) {
       struct Starting {  // restored however run_until ends, and across a nested wait
-        const WorkState* saved = std::exchange(starting_own_wait, nullptr);
+        const WorkState* saved;
         ~Starting() { starting_own_wait = saved; }
-      } starting;
-      starting_own_wait = this;
+      } starting{std::exchange(starting_own_wait, this)};
       core->run_until(this);
     }
     std::shared_ptr<WorkHelper> helper;

@@ -39,9 +39,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def frame(op, key=b"", value=b"", value_len=None):
+    """A store frame: magic, op, status 0, key and value lengths, key, value (value_len: what
+    the header promises, when more than is sent)."""
+    n = len(value) if value_len is None else value_len
+    return struct.pack("<IBBHII", 0x52444353, op, 0, 0, len(key), n) + key + value
+
+
+SET, GET, CHALLENGE, HELLO = 1, 2, 7, 8
+
+
 def hostile_client(port, kind, stop):
     """Misbehaves at the store until `stop` is set; only ever connects to 127.0.0.1."""
-    magic = struct.pack("<I", 0x52444353)
     while not stop.is_set():
         try:
             s = socket.create_connection(("127.0.0.1", port), timeout=1)
@@ -52,23 +61,18 @@ def hostile_client(port, kind, stop):
             if kind == "garbage":
                 s.sendall(os.urandom(random.randint(1, 4096)))
             elif kind == "half_frame":  # a header promising 64 MiB, then silence
-                s.sendall(magic + bytes([1, 0, 0, 0]) + struct.pack("<II", 8, 64 << 20) + b"k" * 8)
+                s.sendall(frame(SET, b"k" * 8, value_len=64 << 20))
                 stop.wait(1.0)
             elif kind == "no_token":  # a well-formed hello without the job's proof
-                s.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))
+                s.sendall(frame(HELLO))
                 s.recv(4096)
             elif kind == "get_flood":  # one large value, then GETs of it in one send, unread
                 s.settimeout(1)
                 s.recv(48)  # the challenge
-                s.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))  # hello
-                big = b"chaos/big"
-                s.sendall(magic + bytes([1, 0, 0, 0]) + struct.pack("<II", len(big), 1 << 20)
-                          + big + b"x" * (1 << 20))
-                get = magic + bytes([2, 0, 0, 0]) + struct.pack("<II", len(big), 8) + big \
-                    + struct.pack("<q", 1000)
-                waiting = b"chaos/never"
-                wait = magic + bytes([2, 0, 0, 0]) + struct.pack("<II", len(waiting), 8) \
-                    + waiting + struct.pack("<q", 60000)
+                s.sendall(frame(HELLO))
+                s.sendall(frame(SET, b"chaos/big", b"x" * (1 << 20)))
+                get = frame(GET, b"chaos/big", struct.pack("<q", 1000))
+                wait = frame(GET, b"chaos/never", struct.pack("<q", 60000))
                 s.sendall(get * 300 + wait * 40)
                 stop.wait(1.0)
             elif kind == "flood":
@@ -91,7 +95,6 @@ def hostile_client(port, kind, stop):
 def squatter(listener, stop):
     """Holds the rendezvous port before rank 0 and answers like a store without a token: a
     challenge, then a bare "ok" to whatever comes, then garbage."""
-    magic = struct.pack("<I", 0x52444353)
     listener.settimeout(0.1)
     conns = []
     while not stop.is_set():
@@ -100,11 +103,10 @@ def squatter(listener, stop):
         except OSError:
             continue
         try:
-            c.sendall(magic + bytes([7, 0, 0, 0]) + struct.pack("<II", 0, 32) + os.urandom(32))
+            c.sendall(frame(CHALLENGE, value=os.urandom(32)))
             c.settimeout(0.5)
             if c.recv(4096):
-                c.sendall(magic + bytes([8, 0, 0, 0]) + struct.pack("<II", 0, 0))
-                c.sendall(os.urandom(64))
+                c.sendall(frame(HELLO) + os.urandom(64))
         except OSError:
             pass
         conns.append(c)
@@ -138,14 +140,12 @@ def one_run(worker, index, seed, rng):
         env.update(WORLD_SIZE="2", UCX_TLS="tcp")
     victim = rng.randrange(n) if fault in ("kill", "stop", "exit") else None
     stop = threading.Event()
-    squat = None
     if fault == "squatter":
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(64)
-        squat = threading.Thread(target=squatter, args=(listener, stop), daemon=True)
-        squat.start()
+        threading.Thread(target=squatter, args=(listener, stop), daemon=True).start()
     exit_mode = None
     if fault == "exit":
         exit_mode = rng.choice(["abort", "plain"])
@@ -171,7 +171,6 @@ def one_run(worker, index, seed, rng):
             procs[victim].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     deadline = start + TIMEOUT_S + GRACE_S + SLACK_S + (2.0 if victim is not None else 0)
     survivors = [r for r in range(n) if r != victim]
-    hung = []
     watched = survivors + ([victim] if exit_mode else [])  # an exiting rank must end too
     for r in watched:
         try:
