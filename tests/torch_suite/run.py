@@ -26,7 +26,10 @@ if "TEMP_DIR" not in os.environ:
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="torch_suite_")
 
 import torch  # noqa: E402,F401
-import rdmacoll_torch  # noqa: E402,F401  registers "rdmacoll" (here and in the children)
+if os.environ.get("BACKEND") == "rdmacoll":
+    # Registers "rdmacoll" (here and in the children); a gloo run does not load it, so it counts
+    # torch alone and is not disturbed by a reinstall of the backend.
+    import rdmacoll_torch  # noqa: E402,F401
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
 
