@@ -223,6 +223,66 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather(
       });
 }
 
+c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const Issue call{OpType::ALLGATHER_COALESCED, "rdmacoll:all_gather_coalesced",
+                   Collective::AllGather};
+  // outputs[r][k] receives rank r's input k.
+  if (static_cast<int>(outputs.size()) != size_) {
+    refuse(call, "the output has " + std::to_string(outputs.size()) +
+                     " lists, expected one per rank of the group of " + std::to_string(size_));
+  }
+  for (const auto& t : inputs)
+    if (auto why = unusable(t, "an input")) refuse(call, *why);
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    if (outputs[r].size() != inputs.size()) {
+      refuse(call, "output list " + std::to_string(r) + " has " +
+                       std::to_string(outputs[r].size()) + " tensors for " +
+                       std::to_string(inputs.size()) + " inputs");
+    }
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const at::Tensor& t = outputs[r][k];
+      if (auto why = unusable(t, "an output")) refuse(call, *why);
+      if (t.scalar_type() != inputs[k].scalar_type() || t.numel() != inputs[k].numel()) {
+        refuse(call, "output " + std::to_string(k) + " of list " + std::to_string(r) +
+                         " must have input " + std::to_string(k) + "'s dtype and element count");
+      }
+    }
+  }
+  // Every input's bytes packed into one and gathered in one call, as for
+  // all_gather_into_tensor_coalesced; rank r's block holds every input of rank r in order.
+  const int64_t p = size_;
+  const Packed in = pack_bytes(inputs);
+  at::Tensor out = at::empty({p * in.bytes}, in.tensor.options());
+  rdmacoll::Tensor o = flat_view(out, true), i = flat_view(in.tensor, true);
+  std::vector<std::vector<at::Tensor>> targets = outputs;
+  std::vector<at::Tensor> flat_outputs;
+  for (const auto& list : outputs)
+    flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+  return issue(
+      call, flat_outputs, inputs, {in.tensor, out},
+      [&] { return rdmacoll::all_gather_into_tensor(o, i, group_, true); },
+      [out, targets, p, total = in.bytes] {
+        const at::Tensor blocks = out.view({p, total});
+        for (int64_t r = 0; r < p; ++r) {
+          int64_t offset = 0;
+          for (const at::Tensor& t : targets[static_cast<size_t>(r)]) {
+            const int64_t n = static_cast<int64_t>(t.nbytes());
+            const at::Tensor piece = blocks[r].narrow(0, offset, n);
+            if (t.is_contiguous()) {
+              t.view(-1).view(at::kByte).copy_(piece);
+            } else {
+              at::Tensor dense = at::empty(t.sizes(), t.options());
+              dense.view(-1).view(at::kByte).copy_(piece);
+              t.copy_(dense);
+            }
+            offset += n;
+          }
+        }
+      });
+}
+
 c10::intrusive_ptr<c10d::Work> RdmacollBackend::barrier(const c10d::BarrierOptions&) {
   const Issue call{OpType::BARRIER, "rdmacoll:barrier", Collective::Barrier};
   return issue(call, {}, {}, {}, [&] { return rdmacoll::barrier(group_, true); });
@@ -242,8 +302,6 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_into_tensor_coalesced(
   const int64_t p = size_;
   // Every input's bytes packed into one, gathered in one call; rank r's block of the gather
   // holds every input of rank r, one after the other.
-  std::vector<at::Tensor> packed_in;
-  int64_t total = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (auto why = unusable(inputs[k], "an input")) refuse(call, *why);
     if (auto why = unusable(outputs[k], "an output")) refuse(call, *why);
@@ -252,17 +310,15 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_into_tensor_coalesced(
       refuse(call, "output " + std::to_string(k) + " must have input " + std::to_string(k) +
                        "'s dtype and the group size x its elements");
     }
-    packed_in.push_back(inputs[k].contiguous().view(-1).view(at::kByte));
-    total += static_cast<int64_t>(inputs[k].nbytes());
   }
-  at::Tensor in = at::cat(packed_in);
-  at::Tensor out = at::empty({p * total}, in.options());
-  rdmacoll::Tensor o = flat_view(out, true), i = flat_view(in, true);
+  const Packed in = pack_bytes(inputs);
+  at::Tensor out = at::empty({p * in.bytes}, in.tensor.options());
+  rdmacoll::Tensor o = flat_view(out, true), i = flat_view(in.tensor, true);
   std::vector<at::Tensor> targets = outputs;
   return issue(
-      call, outputs, inputs, {in, out},
+      call, outputs, inputs, {in.tensor, out},
       [&] { return rdmacoll::all_gather_into_tensor(o, i, group_, true); },
-      [out, targets, p, total] {
+      [out, targets, p, total = in.bytes] {
         const at::Tensor blocks = out.view({p, total});
         int64_t offset = 0;
         for (const auto& t : targets) {

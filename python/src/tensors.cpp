@@ -55,6 +55,17 @@ rdmacoll::Tensor flat_view(const at::Tensor& dense, bool bytes) {
   return rdmacoll::Tensor::view(dense.data_ptr(), *element_dtype(dense), {n});
 }
 
+Packed pack_bytes(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> parts;
+  Packed p;
+  for (const auto& t : tensors) {
+    parts.push_back(t.contiguous().view(-1).view(at::kByte));
+    p.bytes += static_cast<int64_t>(t.nbytes());
+  }
+  p.tensor = parts.empty() ? at::empty({0}, at::kByte) : at::cat(parts);
+  return p;
+}
+
 // is_contiguous() means row-major (a channels_last tensor is staged), as the flat view needs.
 Staged stage_input(const at::Tensor& t, bool bytes) {
   Staged s;

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rdmacoll_torch {
 
@@ -37,6 +38,14 @@ void copy_back(const Staged& s);
 
 // The core view of a contiguous tensor, flattened; as bytes when `bytes`.
 rdmacoll::Tensor flat_view(const at::Tensor& dense, bool bytes);
+
+// Several tensors' bytes one after the other in one contiguous byte tensor, for the coalesced
+// calls that move them in one collective.
+struct Packed {
+  at::Tensor tensor;
+  int64_t bytes = 0;
+};
+Packed pack_bytes(const std::vector<at::Tensor>& tensors);
 
 // "what: 3 tensors, expected 1", for list arguments of the wrong length.
 inline std::string tensor_count(const char* what, size_t got, const char* expected) {

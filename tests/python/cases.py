@@ -656,6 +656,27 @@ def case_coalesced():
     dist.destroy_process_group()
 
 
+def case_gather_coalesced():
+    """all_gather_coalesced, the list-of-lists form (both torch lines): mixed shapes (torch wants
+    one dtype), an empty input and strided outputs, in one call; every element checked."""
+    rank, p = init()
+    f64 = torch.float64
+    gin = [torch.arange(7, dtype=f64) + rank, torch.full((2, 3), rank, dtype=f64),
+           torch.empty(0, dtype=f64), torch.full((4,), rank + 1.5, dtype=f64)]
+    # gout[r][k] receives rank r's input k; input 3's outputs are strided.
+    gout = [[torch.empty_like(t) for t in gin[:3]] + [torch.zeros(4, 2, dtype=f64)[:, 0]]
+            for _ in range(p)]
+    dist.all_gather_coalesced(gout, gin)
+    for r in range(p):
+        expect_equal(gout[r][0], torch.arange(7, dtype=torch.float64) + r, "all_gather_coalesced")
+        expect_equal(gout[r][1], torch.full((2, 3), r, dtype=f64), "all_gather_coalesced")
+        assert gout[r][2].numel() == 0
+        expect_equal(gout[r][3], torch.full((4,), r + 1.5, dtype=torch.float64),
+                     "all_gather_coalesced (strided)")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def case_premul():
     """PREMUL_SUM as torch defines it: each input multiplied by the factor, then summed."""
     rank, p = init()

@@ -101,6 +101,7 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("secondary", 3), ("teardown", 2), ("profiler", 2),
                                     ("rooted", 3), ("alltoall", 3), ("alltoall", 4),
                                     ("p2p", 2), ("p2p", 3), ("gpipe", 4),
+                                    ("gather_coalesced", 3),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
                                     pytest.param("premul", 2, marks=torch2)])
