@@ -90,7 +90,6 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::alltoall(std::vector<at::Tensor>
                      std::to_string(size_) + "), got " + std::to_string(inputs.size()) +
                      " inputs and " + std::to_string(outputs.size()) + " outputs");
   }
-  std::vector<at::Tensor> flat;
   std::vector<int64_t> in_bytes, out_bytes;
   int64_t out_total = 0;
   for (size_t j = 0; j < inputs.size(); ++j) {
@@ -100,12 +99,11 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::alltoall(std::vector<at::Tensor>
         outputs[j].scalar_type() != inputs[0].scalar_type()) {
       refuse(call, "all_to_all's tensors must share one dtype");
     }
-    flat.push_back(inputs[j].reshape(-1).view(at::kByte));
     in_bytes.push_back(static_cast<int64_t>(inputs[j].nbytes()));
     out_bytes.push_back(static_cast<int64_t>(outputs[j].nbytes()));
     out_total += out_bytes.back();
   }
-  at::Tensor packed_in = at::cat(flat);
+  const at::Tensor packed_in = pack_bytes(inputs).tensor;
   at::Tensor packed_out = at::empty({out_total}, packed_in.options());
   rdmacoll::Tensor o = flat_view(packed_out, true), i = flat_view(packed_in, true);
   std::vector<at::Tensor> targets = outputs;
@@ -116,14 +114,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::alltoall(std::vector<at::Tensor>
         int64_t offset = 0;
         for (const auto& t : targets) {
           const int64_t n = static_cast<int64_t>(t.nbytes());
-          at::Tensor piece = packed_out.narrow(0, offset, n);
-          if (t.is_contiguous()) {
-            t.view(-1).view(at::kByte).copy_(piece);
-          } else {
-            at::Tensor dense = at::empty(t.sizes(), t.options());
-            dense.view(-1).view(at::kByte).copy_(piece);
-            t.copy_(dense);
-          }
+          write_bytes(t, packed_out.narrow(0, offset, n));
           offset += n;
         }
       });

@@ -269,14 +269,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_coalesced(
           int64_t offset = 0;
           for (const at::Tensor& t : targets[static_cast<size_t>(r)]) {
             const int64_t n = static_cast<int64_t>(t.nbytes());
-            const at::Tensor piece = blocks[r].narrow(0, offset, n);
-            if (t.is_contiguous()) {
-              t.view(-1).view(at::kByte).copy_(piece);
-            } else {
-              at::Tensor dense = at::empty(t.sizes(), t.options());
-              dense.view(-1).view(at::kByte).copy_(piece);
-              t.copy_(dense);
-            }
+            write_bytes(t, blocks[r].narrow(0, offset, n));
             offset += n;
           }
         }
@@ -323,14 +316,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_into_tensor_coalesced(
         int64_t offset = 0;
         for (const auto& t : targets) {
           const int64_t n = static_cast<int64_t>(t.nbytes()) / p;
-          const at::Tensor mine = blocks.narrow(1, offset, n);
-          if (t.is_contiguous()) {
-            t.view(-1).view(at::kByte).view({p, n}).copy_(mine);
-          } else {
-            at::Tensor dense = at::empty(t.sizes(), t.options());
-            dense.view(-1).view(at::kByte).view({p, n}).copy_(mine);
-            t.copy_(dense);
-          }
+          write_bytes(t, blocks.narrow(1, offset, n));
           offset += n;
         }
       });

@@ -66,6 +66,16 @@ Packed pack_bytes(const std::vector<at::Tensor>& tensors) {
   return p;
 }
 
+void write_bytes(const at::Tensor& t, const at::Tensor& bytes) {
+  if (t.is_contiguous()) {
+    t.view(-1).view(at::kByte).view(bytes.sizes()).copy_(bytes);
+    return;
+  }
+  at::Tensor dense = at::empty(t.sizes(), t.options());
+  dense.view(-1).view(at::kByte).view(bytes.sizes()).copy_(bytes);
+  t.copy_(dense);
+}
+
 // is_contiguous() means row-major (a channels_last tensor is staged), as the flat view needs.
 Staged stage_input(const at::Tensor& t, bool bytes) {
   Staged s;

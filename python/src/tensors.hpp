@@ -47,6 +47,10 @@ struct Packed {
 };
 Packed pack_bytes(const std::vector<at::Tensor>& tensors);
 
+// Writes `bytes` (a byte tensor of t's size, in any shape t's bytes can be viewed as) into `t`,
+// through a contiguous copy when `t` is strided.
+void write_bytes(const at::Tensor& t, const at::Tensor& bytes);
+
 // "what: 3 tensors, expected 1", for list arguments of the wrong length.
 inline std::string tensor_count(const char* what, size_t got, const char* expected) {
   return std::string(what) + ": " + std::to_string(got) + " tensors, expected " + expected;
