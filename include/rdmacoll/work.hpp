@@ -39,6 +39,7 @@ class Work {
   int source_rank() const;
 
  private:
+  friend Work when_all(const std::vector<Work>& works);
   std::shared_ptr<detail::WorkState> state_;
 };
 

@@ -131,8 +131,12 @@ Work when_all(const std::vector<Work>& works) {
       all->finish(first);
     }
   };
-  for (const Work& w : works)
+  std::vector<std::weak_ptr<detail::WorkState>> parts;
+  for (const Work& w : works) {
     w.on_completion(one_done);
+    if (w.state_) parts.push_back(w.state_);
+  }
+  all->set_parts(std::move(parts));
   one_done(nullptr);
   return Work(all);
 }

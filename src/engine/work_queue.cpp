@@ -31,6 +31,19 @@ namespace {
 // The work this thread's wait() is starting (QueueCore::run_until), if any.
 thread_local const WorkState* starting_own_wait = nullptr;
 
+// Marks `work` as started by this thread's wait while it starts; restored however the start
+// ends, and across a nested wait.
+class StartingHere {
+ public:
+  explicit StartingHere(const WorkState* work) : saved_(std::exchange(starting_own_wait, work)) {}
+  ~StartingHere() { starting_own_wait = saved_; }
+  StartingHere(const StartingHere&) = delete;
+  StartingHere& operator=(const StartingHere&) = delete;
+
+ private:
+  const WorkState* saved_;
+};
+
 }  // namespace
 
 bool WorkState::started_by_its_waiter() const {
@@ -92,22 +105,42 @@ std::exception_ptr WorkState::error() const {
   return error_;
 }
 
+std::vector<std::shared_ptr<WorkState>> WorkState::live_parts() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<WorkState>> parts;
+  for (const auto& weak : parts_) {
+    if (auto part = weak.lock()) parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+void WorkState::start_here() const {
+  for (const auto& part : live_parts())
+    part->start_here();
+  if (auto core = queue_.lock()) {
+    const StartingHere starting(this);
+    core->run_until(this);
+  }
+}
+
+void WorkState::help_here() const {
+  for (const auto& part : live_parts())
+    part->help_here();
+  std::shared_ptr<WorkHelper> helper;
+  {
+    std::lock_guard lock(mu_);
+    if (!done_) helper = helper_.lock();
+  }
+  if (helper) helper->help(*this);
+}
+
 void WorkState::wait(std::optional<std::chrono::milliseconds> timeout) const {
   // Without a timeout, run it here if it has not started (a wait with one must return then).
+  // Every part starts before any is helped: a batch's send may need its peer to see the
+  // batch's receive first.
   if (!timeout && !completed()) {
-    if (auto core = queue_.lock()) {
-      struct Starting {  // restored however run_until ends, and across a nested wait
-        const WorkState* saved;
-        ~Starting() { starting_own_wait = saved; }
-      } starting{std::exchange(starting_own_wait, this)};
-      core->run_until(this);
-    }
-    std::shared_ptr<WorkHelper> helper;
-    {
-      std::lock_guard lock(mu_);
-      if (!done_) helper = helper_.lock();
-    }
-    if (helper) helper->help(*this);
+    start_here();
+    help_here();
   }
   std::unique_lock lock(mu_);
   if (timeout) {
@@ -156,7 +189,17 @@ bool QueueCore::run_until(const WorkState* target) {
       queued_here = queued_here || i.work.get() == target;
     if (!queued_here || !try_acquire()) return false;
     waiter_took_last = true;
-    if (run_front(lock).get() == target) return true;
+    const bool deferred = queue.front().deferred;
+    if (run_front(lock).get() != target) continue;
+    // A send or receive waits for its peer, which may wait for what this rank issued after it
+    // (irecv, isend, then a wait on the receive): the point-to-point operations queued right
+    // behind it start too, as MPI starts each at its issue. Starting one only posts it, and this
+    // thread helps them all on while it helps its own.
+    while (deferred && !queue.empty() && queue.front().deferred && try_acquire()) {
+      const detail::StartingHere starting(queue.front().work.get());
+      run_front(lock);
+    }
+    return true;
   }
 }
 

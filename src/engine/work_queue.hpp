@@ -79,15 +79,28 @@ class WorkState {
     std::lock_guard lock(mu_);
     helper_ = std::move(helper);
   }
+  // The works a combined work (when_all) finishes with. Its waiter starts each of them and
+  // helps each to its end, as it would one work of its own: left to the group's worker and the
+  // point-to-point driver, a torch batch_isend_irecv waited for the worker's next poll.
+  void set_parts(std::vector<std::weak_ptr<WorkState>> parts) {
+    std::lock_guard lock(mu_);
+    parts_ = std::move(parts);
+  }
   // A receive's sender (global rank) once known, else -1.
   void set_source(int global_rank) { source_.store(global_rank, std::memory_order_release); }
   int source() const { return source_.load(std::memory_order_acquire); }
 
  private:
   friend class engine::GroupQueue;
+  // wait()'s two halves, on this work or on each of its parts: run it here if it waits in its
+  // queue, then help whatever carries it on.
+  void start_here() const;
+  void help_here() const;
+  std::vector<std::shared_ptr<WorkState>> live_parts() const;
   std::string what_;
-  std::weak_ptr<engine::QueueCore> queue_;  // where it waits to start, for a waiter to run it
-  std::weak_ptr<WorkHelper> helper_;        // what moves it on once started, if not the queue
+  std::weak_ptr<engine::QueueCore> queue_;       // where it waits to start, for a waiter to run it
+  std::weak_ptr<WorkHelper> helper_;             // what moves it on once started, if not the queue
+  std::vector<std::weak_ptr<WorkState>> parts_;  // a combined work's (set_parts)
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

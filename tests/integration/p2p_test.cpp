@@ -171,6 +171,38 @@ TEST(SendRecv, SubgroupsAndBatches) {
   }));
 }
 
+// A batch's waiter starts every part before it helps any: each rank's large send, first in its
+// batch, needs the peer's receive, which comes later in the peer's batch. Nested combined works
+// and a collective in the same batch complete too, and a part's error is the batch's.
+TEST(SendRecv, AWaitedBatchStartsEveryPartAndRaisesAPartsError) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    const int other = 1 - rank;
+    for (int iter = 0; iter < 3; ++iter) {
+      const int64_t n = (1 << 20) + iter;  // past the inline limit: sent once the receiver clears
+      Tensor in = zeros({n});
+      const Tensor out = filled(n, DType::Float32, rank, iter);  // alive until the wait
+      std::vector<Work> sends = batch_isend_irecv({{P2POp::Kind::Send, out, other, {}, iter}});
+      std::vector<Work> recvs = batch_isend_irecv({{P2POp::Kind::Recv, in, other, {}, iter}});
+      Tensor sum = zeros({3});
+      sum.set(0, rank + 1);
+      Work reduced = all_reduce(sum, ReduceOp::Sum, {}, true);
+      when_all({when_all(sends), when_all(recvs), reduced}).wait();
+      check_from(in, other, iter, "batch " + std::to_string(iter));
+      RANK_CHECK(sum.item(0) == 3, "the batch's all_reduce gave " << sum.item(0));
+    }
+    // The receiver expects fewer bytes than come: both ranks' batches raise the mismatch.
+    Tensor in = zeros({rank == 0 ? 100 : 200000});
+    const Tensor out = filled(200000, DType::Float32, rank, 9);
+    expect_throw_with<InvalidArgument>(
+        [&] {
+          when_all(batch_isend_irecv({{P2POp::Kind::Send, out, other, {}, 9},
+                                      {P2POp::Kind::Recv, in, other, {}, 9}}))
+              .wait();
+        },
+        "sizes must agree");
+  }));
+}
+
 TEST(SendRecvErrors, MistakesRaiseClearly) {
   expect_all_ok(run_ranks(2, [](int rank, int) {
     Tensor t = zeros({8});
