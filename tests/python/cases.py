@@ -705,6 +705,39 @@ def case_profiler():
     dist.destroy_process_group()
 
 
+def rooted_in_blocks(rank, p):
+    """gather into and scatter from lists that are one block of memory (used in place), with
+    the root's own slot as its input or output; a block's views out of order, and a scatter
+    output that overlaps another rank's slot, which must go through a copy."""
+    root = p - 1
+    for n in (1, 70000):
+        want = [torch.arange(n, dtype=torch.float32) + 100000 * (r + 1) for r in range(p)]
+        block = torch.full((p, n), 7.0)
+        views = list(block.unbind(0))
+        mine = views[rank].copy_(want[rank]) if rank == root else want[rank].clone()
+        dist.gather(mine, views if rank == root else None, dst=root)
+        if rank == root:
+            expect_equal(block, torch.stack(want), f"gather into one block n={n}")
+        backwards = torch.full((p, n), 7.0)
+        out = list(backwards.unbind(0))[::-1]
+        dist.gather(want[rank].clone(), out if rank == root else None, dst=root)
+        if rank == root:
+            for r in range(p):
+                expect_equal(out[r], want[r], f"gather into reversed views n={n} chunk {r}")
+        for mode in ("apart", "own slot", "overlapping"):
+            src = torch.stack(want).flatten().clone()
+            pieces = list(src.chunk(p))
+            piece = torch.full((n,), 7.0)
+            if rank == root and mode == "own slot":
+                piece = pieces[root]
+            elif rank == root and mode == "overlapping":
+                piece = pieces[(root + 1) % p]
+            dist.scatter(piece, pieces if rank == root else None, src=root)
+            expect_equal(piece, want[rank], f"scatter from one block ({mode}) n={n}")
+            if rank == root and mode != "overlapping":
+                expect_equal(src, torch.stack(want).flatten(), f"scatter's list ({mode}) n={n}")
+
+
 def case_rooted():
     """gather, scatter and reduce to every root in every dtype (and complex), 0 to 70000
     elements; the others' reduce tensors stay as they were; the object collectives built on
@@ -731,6 +764,7 @@ def case_rooted():
                 dist.reduce(t, dst=root, op=op)
                 expect_equal(t, reduce_ref(want, op) if rank == root else mine,
                              f"reduce {dtype} {op} n={n} on rank {rank}")
+    rooted_in_blocks(rank, p)
     objs = [{"rank": r, "list": list(range(r))} for r in range(p)]
     gathered = [None] * p if rank == 0 else None
     dist.gather_object(objs[rank], gathered, dst=0)
@@ -825,6 +859,9 @@ def case_p2p():
             expect_equal(x, values(src, 1000, torch.float32), f"any source {src}")
     else:
         dist.send(values(rank, 1000, torch.float32), 0)
+    # A recv from any source matches any sender's next message under its tag, the batch's
+    # included (as in MPI): rank 0 takes the batch's only after every rank has sent its one.
+    dist.barrier()
     # A batch around the ring, in both directions.
     a, b = torch.zeros(70000), torch.zeros(70000)
     ops = [dist.P2POp(dist.isend, values(rank, 70000, torch.float32), nxt),
