@@ -1,5 +1,6 @@
 // gather and scatter in the torch backend: the data moves as bytes (any dtype, complex and
-// float8 included), through one staging buffer at the root.
+// float8 included), through one staging buffer at the root unless the root's list is one block
+// of memory already.
 
 #include "backend.hpp"
 #include "tensors.hpp"
@@ -49,18 +50,30 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::gather(
     refuse(call, "only the destination rank passes a gather list (as in torch)");
   }
   const Staged in = stage_input(input, true);
+  // Into the caller's list itself when it is one block (the root's input may be its own slot);
+  // else through a staging buffer, copied out once the gather is done.
+  std::optional<at::Tensor> block;
+  if (root) block = adjacent_block(targets);
+  if (block && overlaps(*block, in.dense) &&
+      in.dense.data_ptr() != targets[static_cast<size_t>(rank_)].data_ptr()) {
+    block.reset();
+  }
   at::Tensor staging;
-  if (root) staging = at::empty({size_, input.numel()}, input.options());
+  if (root) staging = block ? *block : at::empty({size_, input.numel()}, input.options());
   rdmacoll::Tensor i = in.view, o;
   if (root) o = flat_view(staging, true);
   const int dst = global_rank(static_cast<int>(opts.rootRank));
+  std::function<void()> copy_out;
+  if (root && !block) {
+    copy_out = [staging, targets] {
+      for (size_t r = 0; r < targets.size(); ++r)
+        targets[r].copy_(staging[static_cast<int64_t>(r)].view(targets[r].sizes()));
+    };
+  }
   return issue(
       call, targets, inputs, {in.dense, staging},
       [&] { return rdmacoll::gather(root ? &o : nullptr, i, dst, group_, true); },
-      [staging, targets] {
-        for (size_t r = 0; r < targets.size(); ++r)
-          targets[r].copy_(staging[static_cast<int64_t>(r)].view(targets[r].sizes()));
-      });
+      std::move(copy_out));
 }
 
 c10::intrusive_ptr<c10d::Work> RdmacollBackend::scatter(
@@ -73,6 +86,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::scatter(
   const std::string root_error = bad_root(opts.rootRank, 0);
   if (!root_error.empty()) refuse(call, root_error);
   const bool root = opts.rootRank == rank_;
+  const Staged out = stage_output(output, true);
   at::Tensor packed;
   if (root) {
     if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
@@ -91,11 +105,17 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::scatter(
       }
       flat.push_back(t.reshape(-1));
     }
-    packed = at::cat(flat);
+    // From the caller's list itself when it is one block the output does not overlap (other
+    // than as the root's own slot); else from a packed copy.
+    std::optional<at::Tensor> block = adjacent_block(inputs[0]);
+    if (block && overlaps(*block, out.dense) &&
+        out.dense.data_ptr() != inputs[0][static_cast<size_t>(rank_)].data_ptr()) {
+      block.reset();
+    }
+    packed = block ? *block : at::cat(flat);
   } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
     refuse(call, "only the source rank passes a scatter list (as in torch)");
   }
-  const Staged out = stage_output(output, true);
   rdmacoll::Tensor o = out.view, i;
   if (root) i = flat_view(packed, true);
   const int src = global_rank(static_cast<int>(opts.rootRank));

@@ -97,6 +97,34 @@ Staged stage_output(const at::Tensor& t, bool bytes, bool in_place) {
   return s;
 }
 
+std::optional<at::Tensor> adjacent_block(const std::vector<at::Tensor>& list) {
+  if (list.empty()) return std::nullopt;
+  const at::Tensor& first = list[0];
+  const auto bytes = static_cast<int64_t>(first.nbytes());
+  if (bytes == 0 || !first.has_storage()) return std::nullopt;
+  const auto* base = static_cast<const uint8_t*>(first.data_ptr());
+  for (size_t r = 0; r < list.size(); ++r) {
+    const at::Tensor& t = list[r];
+    if (!t.has_storage() || !t.is_contiguous() || t.scalar_type() != first.scalar_type() ||
+        t.numel() != first.numel() || !t.storage().is_alias_of(first.storage()) ||
+        static_cast<const uint8_t*>(t.data_ptr()) != base + static_cast<int64_t>(r) * bytes) {
+      return std::nullopt;
+    }
+  }
+  const int64_t n = first.numel() * static_cast<int64_t>(list.size());
+  if ((first.storage_offset() + n) * static_cast<int64_t>(first.element_size()) >
+      static_cast<int64_t>(first.storage().nbytes())) {
+    return std::nullopt;
+  }
+  return first.new_empty({0}).set_(first.storage(), first.storage_offset(), {n}, {1});
+}
+
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  const auto* pa = static_cast<const uint8_t*>(a.data_ptr());
+  const auto* pb = static_cast<const uint8_t*>(b.data_ptr());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
 void copy_back(const Staged& s) {
   if (s.copied()) s.user.copy_(s.dense);
 }
