@@ -53,11 +53,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::gather(
   // Into the caller's list itself when it is one block (the root's input may be its own slot);
   // else through a staging buffer, copied out once the gather is done.
   std::optional<at::Tensor> block;
-  if (root) block = adjacent_block(targets);
-  if (block && overlaps(*block, in.dense) &&
-      in.dense.data_ptr() != targets[static_cast<size_t>(rank_)].data_ptr()) {
-    block.reset();
-  }
+  if (root) block = block_in_place(targets, in.dense, static_cast<size_t>(rank_));
   at::Tensor staging;
   if (root) staging = block ? *block : at::empty({size_, input.numel()}, input.options());
   rdmacoll::Tensor i = in.view, o;
@@ -93,7 +89,6 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::scatter(
       refuse(call, "the source needs one scatter list of " + std::to_string(size_) +
                        " tensors (the group size)");
     }
-    std::vector<at::Tensor> flat;
     for (size_t r = 0; r < inputs[0].size(); ++r) {
       const at::Tensor& t = inputs[0][r];
       if (auto why = unusable(t, "an input")) refuse(call, *why);
@@ -103,16 +98,19 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::scatter(
                          "; every one needs the output's " + std::to_string(output.numel()) +
                          " elements of " + c10::toString(output.scalar_type()));
       }
-      flat.push_back(t.reshape(-1));
     }
     // From the caller's list itself when it is one block the output does not overlap (other
     // than as the root's own slot); else from a packed copy.
-    std::optional<at::Tensor> block = adjacent_block(inputs[0]);
-    if (block && overlaps(*block, out.dense) &&
-        out.dense.data_ptr() != inputs[0][static_cast<size_t>(rank_)].data_ptr()) {
-      block.reset();
+    std::optional<at::Tensor> block =
+        block_in_place(inputs[0], out.dense, static_cast<size_t>(rank_));
+    if (block) {
+      packed = *block;
+    } else {
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : inputs[0])
+        flat.push_back(t.reshape(-1));
+      packed = at::cat(flat);
     }
-    packed = block ? *block : at::cat(flat);
   } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
     refuse(call, "only the source rank passes a scatter list (as in torch)");
   }

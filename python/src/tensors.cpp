@@ -97,6 +97,8 @@ Staged stage_output(const at::Tensor& t, bool bytes, bool in_place) {
   return s;
 }
 
+namespace {
+
 std::optional<at::Tensor> adjacent_block(const std::vector<at::Tensor>& list) {
   if (list.empty()) return std::nullopt;
   const at::Tensor& first = list[0];
@@ -123,6 +125,17 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   const auto* pa = static_cast<const uint8_t*>(a.data_ptr());
   const auto* pb = static_cast<const uint8_t*>(b.data_ptr());
   return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+}  // namespace
+
+std::optional<at::Tensor> block_in_place(const std::vector<at::Tensor>& list,
+                                         const at::Tensor& other, size_t own) {
+  std::optional<at::Tensor> block = adjacent_block(list);
+  if (block && overlaps(*block, other) && other.data_ptr() != list[own].data_ptr()) {
+    return std::nullopt;
+  }
+  return block;
 }
 
 void copy_back(const Staged& s) {

@@ -48,13 +48,11 @@ struct Packed {
 Packed pack_bytes(const std::vector<at::Tensor>& tensors);
 
 // The one flat tensor that `list` is when its tensors are contiguous, alike in dtype and size,
-// and lie one after the other in one storage, in order (`list(t.view(p, n))`, `t.chunk(p)`):
-// gather and scatter then use the caller's memory itself instead of a staging copy. Else
-// nullopt.
-std::optional<at::Tensor> adjacent_block(const std::vector<at::Tensor>& list);
-
-// Whether the bytes of two contiguous tensors overlap.
-bool overlaps(const at::Tensor& a, const at::Tensor& b);
+// and lie one after the other in one storage, in order (`list(t.view(p, n))`, `t.chunk(p)`),
+// and `other` (contiguous) is either apart from it or exactly list[own]: gather and scatter then
+// use the caller's memory itself instead of a staging copy. Else nullopt.
+std::optional<at::Tensor> block_in_place(const std::vector<at::Tensor>& list,
+                                         const at::Tensor& other, size_t own);
 
 // Writes `bytes` (a byte tensor of t's size, in any shape t's bytes can be viewed as) into `t`,
 // through a contiguous copy when `t` is strided.
