@@ -5,8 +5,10 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "gather_check.hpp"
@@ -200,6 +202,44 @@ TEST(SendRecv, AWaitedBatchStartsEveryPartAndRaisesAPartsError) {
               .wait();
         },
         "sizes must agree");
+  }));
+}
+
+// An irecv queued behind an isend is started by the send's waiter, whose own send is done at
+// once (inline). No one ever waits for the receive; it is only polled, so the point-to-point
+// driver (already started, and idle) must carry it. The deadline is the failure, not a pace.
+TEST(SendRecv, AnIrecvStartedBehindAWaitedIsendCompletesWhenOnlyPolled) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    const int other = 1 - rank;
+    for (int iter = 0; iter < 20; ++iter) {
+      Tensor warm = zeros({4});  // the driver exists and has gone idle before the pair
+      if (rank == 0) {
+        send(filled(4, DType::Float32, 0, iter), 1);
+      } else {
+        recv(warm, 0);
+      }
+      barrier();
+      if (rank == 0) {
+        const Tensor out = filled(8, DType::Float32, 0, iter);
+        Tensor in = zeros({8});
+        Work s = send(out, other, {}, 1, true);
+        Work r = recv(in, other, {}, 2, true);
+        s.wait();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!r.is_completed() && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::yield();
+        RANK_CHECK(r.is_completed(),
+                   "iteration " << iter << ": a polled irecv did not complete in 20 s");
+        r.wait();
+        check_from(in, other, iter, "polled irecv");
+      } else {
+        Tensor in = zeros({8});
+        recv(in, other, {}, 1);  // the peer's send first, so its receive is still waiting
+        check_from(in, other, iter, "send before the polled irecv");
+        send(filled(8, DType::Float32, 1, iter), other, {}, 2);
+      }
+      barrier();
+    }
   }));
 }
 
