@@ -21,6 +21,9 @@ using transport::RequestPtr;
 
 namespace {
 
+constexpr auto kDriverTick = std::chrono::milliseconds(1);
+constexpr auto kDriverParksAfter = std::chrono::seconds(1);
+
 // Message buffers are sized, not zero-filled: a receive's is the inline limit (64 KiB on one
 // host), and filling it took a memset of 64 KiB per 8-byte recv. A message overwrites what
 // is read of it; a send's is written whole (header, then data).
@@ -210,8 +213,10 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     std::erase_if(ops_, [](const auto& p) { return !p->work; });
     if (!ops_.empty() && !driver_.joinable()) driver_ = std::thread([this] { drive(); });
     // A blocking call's own thread helps it next, and wakes the driver when it stops helping;
-    // waking it now costs a context switch per call on a host without an idle core.
-    if (!waiter_helps) cv_.notify_all();
+    // waking it now costs a context switch per call on a host without an idle core. An
+    // operation started behind it, which no one may wait for, the ticking driver finds.
+    last_add_ = Clock::now();
+    if (!waiter_helps || parked_) cv_.notify_all();
   }
   // Started from the group's queue, which finishes it once the group is free.
   for (auto& [work, error] : done)
@@ -243,7 +248,14 @@ void PointToPoint::drive() {
   while (!stop_) {
     if (ops_.empty() || helping_ > 0) {
       idle = 0;
-      cv_.wait(lock, [&] { return stop_ || (!ops_.empty() && helping_ == 0); });
+      const auto unattended = [&] { return stop_ || (!ops_.empty() && helping_ == 0); };
+      if (Clock::now() - last_add_ < kDriverParksAfter) {
+        cv_.wait_for(lock, kDriverTick, unattended);
+      } else {
+        parked_ = true;
+        cv_.wait(lock, unattended);
+        parked_ = false;
+      }
       continue;
     }
     Clock::time_point next;

@@ -9,7 +9,8 @@
 // messages whenever they come, so a rank blocked in a collective (or in another group's call)
 // never holds up a peer's transfer: isend then barrier on one rank, recv then barrier on the
 // other, completes. The driver blocks in the transport between events; it runs only while
-// operations are outstanding.
+// operations are outstanding and no waiter helps them. Operations a waiter starts are not
+// announced to it; it finds any the waiter leaves behind within a tick (1 ms).
 
 #include <condition_variable>
 #include <cstdint>
@@ -96,6 +97,11 @@ class PointToPoint {
   std::thread driver_;
   bool stop_ = false;
   int helping_ = 0;  // waiters in help(): the driver stands aside
+  // The driver sleeps until told only after a second without operations (parked_); before
+  // that it looks every kDriverTick, so an operation a waiter started and left (its own was
+  // done first) moves on without a wake-up per call (one costs more than a small message).
+  bool parked_ = false;
+  transport::Clock::time_point last_add_{};
   std::shared_ptr<Helper> helper_;
 };
 

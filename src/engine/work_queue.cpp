@@ -194,11 +194,13 @@ bool QueueCore::run_until(const WorkState* target) {
     // A send or receive waits for its peer, which may wait for what this rank issued after it
     // (irecv, isend, then a wait on the receive): the point-to-point operations queued right
     // behind it start too, as MPI starts each at its issue. Starting one only posts it. They
-    // are not marked as this thread's own: it may help only its own, which may already be
-    // done, and no one may ever wait for theirs (a caller polling is_completed), so the
-    // point-to-point driver is told of them.
-    while (deferred && !queue.empty() && queue.front().deferred && try_acquire())
+    // count as this thread's own, so starting them wakes no one: the waiter usually waits for
+    // them next (each part of a batch), and the point-to-point driver looks for any left
+    // unattended on its own (p2p.hpp).
+    while (deferred && !queue.empty() && queue.front().deferred && try_acquire()) {
+      const detail::StartingHere starting(queue.front().work.get());
       run_front(lock);
+    }
     return true;
   }
 }
