@@ -6,7 +6,7 @@
 
 namespace rdmacoll::detail {
 
-std::string GroupState::describe() const {
+std::string GroupState::describe(uint32_t id, const std::vector<int>& members) {
   std::ostringstream os;
   os << "group " << id << " (ranks [";
   for (size_t i = 0; i < members.size(); ++i)

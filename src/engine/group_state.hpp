@@ -110,7 +110,8 @@ class GroupState {
     digest = h;
   }
   bool is_member() const { return rank >= 0; }
-  std::string describe() const;  // "group 1 (ranks [0, 1])"
+  std::string describe() const { return describe(id, members); }  // "group 1 (ranks [0, 1])"
+  static std::string describe(uint32_t id, const std::vector<int>& members);
 };
 
 }  // namespace detail

@@ -23,6 +23,8 @@ namespace {
 
 constexpr auto kDriverTick = std::chrono::milliseconds(1);
 constexpr auto kDriverParksAfter = std::chrono::seconds(1);
+// A dead peer's pidfd is polled (a syscall) at most this often per stalled operation.
+constexpr auto kLivenessEvery = std::chrono::milliseconds(1);
 
 // Message buffers are sized, not zero-filled: a receive's is the inline limit (64 KiB on one
 // host), and filling it took a memset of 64 KiB per 8-byte recv. A message overwrites what
@@ -51,6 +53,7 @@ struct PointToPoint::Op {
   GroupState* g = nullptr;
   uint32_t group = 0;
   int me = -1;    // our group rank
+  int self = -1;  // our global rank
   int peer = -1;  // group rank; -1: a receive from any source, not yet resolved
   uint32_t tag = 0;
   uint8_t* data = nullptr;
@@ -58,8 +61,14 @@ struct PointToPoint::Op {
   uint64_t seq = 0;  // on the (sender, receiver, tag) channel, once known
   std::shared_ptr<WorkState> work;
   Clock::time_point deadline;
-  std::string what;  // "send of 4096 bytes to rank 3 (tag 0, group 0 (ranks [0, 1, 2, 3]))"
+  int asked = -1;  // the peer as the caller gave it (-1: any source)
   std::vector<int> members;
+  // When the peer's liveness is looked at next (a syscall: not on every step).
+  Clock::time_point next_liveness{};
+
+  // "send of 4096 bytes to rank 3 (tag 0, group 0 (ranks [0, 1, 2, 3]), rank 0)", built only
+  // for an error: a call's whole cost at 8 bytes is a few microseconds.
+  std::string what() const;
 
   bool started = false;
   // The data message: sent (a send), or received (a receive; one per member for any source).
@@ -83,19 +92,20 @@ struct PointToPoint::Op {
 
 namespace {
 
-std::string describe_op(const char* verb, size_t bytes, const char* dir, int peer_global,
-                        uint32_t tag, const GroupState& g) {
-  return std::string(verb) + " of " + std::to_string(bytes) + " bytes " + dir +
-         (peer_global < 0 ? std::string(" any rank") : " rank " + std::to_string(peer_global)) +
-         " (tag " + std::to_string(tag) + ", " + g.describe() + ", rank " +
-         std::to_string(g.global_rank) + ")";
-}
-
 [[noreturn]] void raise_invalid(const std::string& m) {
   throw InvalidArgument(m);
 }
 
 }  // namespace
+
+std::string PointToPoint::Op::what() const {
+  const bool send = kind == Kind::Send;
+  return std::string(send ? "send" : "recv") + " of " + std::to_string(bytes) + " bytes " +
+         (send ? "to" : "from") +
+         (asked < 0 ? std::string(" any rank") : " rank " + std::to_string(global(asked))) +
+         " (tag " + std::to_string(tag) + ", " + GroupState::describe(group, members) + ", rank " +
+         std::to_string(self) + ")";
+}
 
 // What a Work's waiter reaches the driver through: it may outlive the PointToPoint, which
 // detaches it (waiting for the waiters inside to leave) before it goes.
@@ -143,7 +153,7 @@ PointToPoint::~PointToPoint() {
     std::lock_guard lock(mu_);
     for (auto& op : ops_) {
       fail(*op,
-           std::make_exception_ptr(PeerFailure(op->what + ": the process group was destroyed")),
+           std::make_exception_ptr(PeerFailure(op->what() + ": the process group was destroyed")),
            done);
     }
     ops_.clear();
@@ -171,7 +181,8 @@ void PointToPoint::send(GroupState& g, const void* data, size_t bytes, int peer,
   op->tag = tag;
   op->g = &g;
   op->work = std::move(work);
-  op->what = describe_op("send", bytes, "to", g.members.at(peer), tag, g);
+  op->asked = peer;
+  (void)g.members.at(peer);
   add(std::move(op));
 }
 
@@ -185,18 +196,20 @@ void PointToPoint::recv(GroupState& g, void* data, size_t bytes, int peer, uint3
   op->tag = tag;
   op->g = &g;
   op->work = std::move(work);
-  op->what = describe_op("recv", bytes, "from", peer < 0 ? -1 : g.members.at(peer), tag, g);
+  op->asked = peer;
+  if (peer >= 0) (void)g.members.at(peer);
   add(std::move(op));
 }
 
 void PointToPoint::add(std::unique_ptr<Op> op) {
   GroupState& g = *op->g;
-  if (!g.is_member()) raise_invalid(op->what + ": this rank is not a member of the group");
-  if (g.broken)
-    raise_invalid(op->what + ": the group is unusable after an earlier failure: " + *g.broken);
   op->group = g.id;
   op->me = g.rank;
+  op->self = g.global_rank;
   op->members = g.members;
+  if (!g.is_member()) raise_invalid(op->what() + ": this rank is not a member of the group");
+  if (g.broken)
+    raise_invalid(op->what() + ": the group is unusable after an earlier failure: " + *g.broken);
   op->deadline = Clock::now() + g.timeout;
   op->work->set_helper(helper_);
   const bool waiter_helps = op->work->started_by_its_waiter();
@@ -229,7 +242,7 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
     std::lock_guard lock(mu_);
     for (auto& op : ops_) {
       if (op->g != &g) continue;
-      fail(*op, std::make_exception_ptr(InvalidArgument(op->what + ": " + why)), done);
+      fail(*op, std::make_exception_ptr(InvalidArgument(op->what() + ": " + why)), done);
     }
     std::erase_if(ops_, [](const auto& p) { return !p->work; });
     std::erase_if(sent_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
@@ -332,18 +345,20 @@ void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, int& idle,
 
 void PointToPoint::check_alive(Op& op) {
   if (process_leaving().load(std::memory_order_relaxed)) {
-    throw PeerFailure(op.what + ": this process is leaving (abort_process_group)");
+    throw PeerFailure(op.what() + ": this process is leaving (abort_process_group)");
   }
-  if (op.peer >= 0 && op.peer != op.me) {
+  const auto now = Clock::now();
+  if (op.peer >= 0 && op.peer != op.me && now >= op.next_liveness) {
+    op.next_liveness = now + kLivenessEvery;
     if (auto why = t_.peer_failure(op.global(op.peer))) {
-      throw PeerFailure(op.what + ": rank " + std::to_string(op.global(op.peer)) +
+      throw PeerFailure(op.what() + ": rank " + std::to_string(op.global(op.peer)) +
                         " is gone: " + *why);
     }
   }
-  if (Clock::now() >= op.deadline) {
+  if (now >= op.deadline) {
     const bool waiting_peer = op.kind == Op::Kind::Send ? !op.cts && !op.transfer : !op.data_done;
     throw Timeout(
-        op.what + ": timed out after " + std::to_string(op.g->timeout.count()) + " ms" +
+        op.what() + ": timed out after " + std::to_string(op.g->timeout.count()) + " ms" +
         (waiting_peer ? (op.kind == Op::Kind::Send ? "; the receiver has not posted a matching recv"
                                                    : "; no matching send has come")
                       : ""));
@@ -360,8 +375,9 @@ bool PointToPoint::step(Op& op, std::vector<Finished>& done) {
     succeed(op, done);
     return true;
   }
+  if (moved) return true;  // checked when it stalls
   check_alive(op);
-  return moved;
+  return false;
 }
 
 bool PointToPoint::step_send(Op& op) {
@@ -392,12 +408,12 @@ bool PointToPoint::step_send(Op& op) {
     return true;
   }
   bool moved = false;
-  if (op.data_msg->failed()) throw PeerFailure(op.what + ": " + op.data_msg->error());
+  if (op.data_msg->failed()) throw PeerFailure(op.what() + ": " + op.data_msg->error());
   if (op.cts && !op.transfer) {
-    if (op.cts->failed()) throw PeerFailure(op.what + ": " + op.cts->error());
+    if (op.cts->failed()) throw PeerFailure(op.what() + ": " + op.cts->error());
     if (!op.cts->done()) return false;
     const auto c = p2p::parse_clear_to_send({op.cts_buffer.data(), op.cts->length()});
-    if (!c) throw TransportError(op.what + ": malformed clear-to-send from the receiver");
+    if (!c) throw TransportError(op.what() + ": malformed clear-to-send from the receiver");
     if (c->seq < op.seq) {  // left over from a receive that failed: drop it, wait for ours
       op.cts = t_.recv(
           op.global(op.peer),
@@ -406,13 +422,13 @@ bool PointToPoint::step_send(Op& op) {
       return true;
     }
     if (c->seq != op.seq) {
-      throw TransportError(op.what + ": clear-to-send #" + std::to_string(c->seq) +
+      throw TransportError(op.what() + ": clear-to-send #" + std::to_string(c->seq) +
                            " came for send #" + std::to_string(op.seq));
     }
     if (!c->ok)
-      throw InvalidArgument(op.what + ": the receiver refused it: " + std::string(c->error));
+      throw InvalidArgument(op.what() + ": the receiver refused it: " + std::string(c->error));
     if (c->bytes != op.bytes) {
-      throw InvalidArgument(op.what + ": the matching recv on rank " +
+      throw InvalidArgument(op.what() + ": the matching recv on rank " +
                             std::to_string(op.global(op.peer)) + " takes " +
                             std::to_string(c->bytes) + " bytes; sizes must agree");
     }
@@ -424,7 +440,7 @@ bool PointToPoint::step_send(Op& op) {
     moved = true;
   }
   if (op.transfer && op.transfer->failed()) {
-    throw PeerFailure(op.what + ": " + op.transfer->error());
+    throw PeerFailure(op.what() + ": " + op.transfer->error());
   }
   return moved;
 }
@@ -515,14 +531,14 @@ bool PointToPoint::take_data(Op& op, int peer, std::span<const uint8_t> message)
   const auto h = p2p::parse_data(message);
   // Messages are built only on the error paths: this runs once per received message.
   auto from = [&] { return "rank " + std::to_string(op.global(peer)); };
-  if (!h) throw TransportError(op.what + ": malformed data message from " + from());
+  if (!h) throw TransportError(op.what() + ": malformed data message from " + from());
   if (h->seq < op.seq) return false;
   if (h->seq != op.seq) {
-    throw TransportError(op.what + ": message #" + std::to_string(h->seq) + " from " + from() +
+    throw TransportError(op.what() + ": message #" + std::to_string(h->seq) + " from " + from() +
                          " came for receive #" + std::to_string(op.seq));
   }
   auto sizes = [&] {
-    return op.what + ": " + from() + " sends " + std::to_string(h->bytes) +
+    return op.what() + ": " + from() + " sends " + std::to_string(h->bytes) +
            " bytes with this tag, this recv takes " + std::to_string(op.bytes) +
            "; sizes must agree";
   };
@@ -564,7 +580,7 @@ bool PointToPoint::step_recv(Op& op) {
     int first = -1;
     for (size_t r = 0; r < op.any.size(); ++r) {
       if (!op.any[r]) continue;
-      if (op.any[r]->failed()) throw PeerFailure(op.what + ": " + op.any[r]->error());
+      if (op.any[r]->failed()) throw PeerFailure(op.what() + ": " + op.any[r]->error());
       if (op.any[r]->done() && first < 0) first = static_cast<int>(r);
     }
     if (first < 0) return false;
@@ -587,16 +603,16 @@ bool PointToPoint::step_recv(Op& op) {
     if (!take_data(op, first, {op.buffer.data(), length})) post_data_receive(op, first);
     moved = true;
   } else if (!op.data_done && op.data_msg) {
-    if (op.data_msg->failed()) throw PeerFailure(op.what + ": " + op.data_msg->error());
+    if (op.data_msg->failed()) throw PeerFailure(op.what() + ": " + op.data_msg->error());
     if (!op.data_msg->done()) return false;
     if (!take_data(op, op.peer, {op.buffer.data(), op.data_msg->length()})) {
       post_data_receive(op, op.peer);  // a leftover, dropped
     }
     moved = true;
   }
-  if (op.cts && op.cts->failed()) throw PeerFailure(op.what + ": " + op.cts->error());
+  if (op.cts && op.cts->failed()) throw PeerFailure(op.what() + ": " + op.cts->error());
   if (op.transfer && op.transfer->failed())
-    throw PeerFailure(op.what + ": " + op.transfer->error());
+    throw PeerFailure(op.what() + ": " + op.transfer->error());
   return moved;
 }
 
