@@ -2,8 +2,6 @@
 // One collective call in flight, and the descriptor round every call starts with. Internal to
 // src/engine: the collectives (engine.cpp, all_reduce.cpp) are built from these pieces.
 
-#include <sched.h>
-
 #include <atomic>
 #include <exception>
 #include <optional>
@@ -17,6 +15,7 @@
 #include "engine/group_state.hpp"
 #include "engine/leaving.hpp"
 #include "engine/pending.hpp"
+#include "engine/spin.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/transport.hpp"
 
@@ -215,21 +214,7 @@ class Call {
     return os.str();
   }
 
-  // One idle round: true while the wait should keep polling. Polling first saves a wake-up
-  // from poll() (tens of us); when ranks outnumber cores every round yields, since the rank
-  // we wait for may be queued behind us on this core.
-  bool keep_spinning(int& idle) {
-    if (++idle <= 64) {
-      if (spin_.yield) sched_yield();
-      return true;
-    }
-    if (idle == 65) spin_until_ = Clock::now() + spin_.duration;
-    if (Clock::now() < spin_until_) {
-      if (spin_.yield) sched_yield();
-      return true;
-    }
-    return false;
-  }
+  bool keep_spinning(int& idle) { return engine::keep_spinning(spin_, idle, spin_until_); }
 
   void check_leaving() {
     if (process_leaving().load(std::memory_order_relaxed)) {

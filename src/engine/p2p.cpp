@@ -1,7 +1,5 @@
 #include "engine/p2p.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -137,7 +135,10 @@ struct PointToPoint::Helper final : detail::WorkHelper {
 };
 
 PointToPoint::PointToPoint(transport::Transport& transport, SpinPolicy spin)
-    : t_(transport), spin_(spin), helper_(std::make_shared<Helper>(this)) {}
+    : t_(transport),
+      spin_(spin),
+      driver_spin_{std::chrono::microseconds(0), spin.yield},
+      helper_(std::make_shared<Helper>(this)) {}
 
 PointToPoint::~PointToPoint() {
   {
@@ -258,6 +259,7 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
 void PointToPoint::drive() {
   std::unique_lock lock(mu_);
   int idle = 0;
+  Clock::time_point until{};
   while (!stop_) {
     if (ops_.empty() || helping_ > 0) {
       idle = 0;
@@ -276,7 +278,7 @@ void PointToPoint::drive() {
       idle = 0;
       continue;
     }
-    idle_wait(lock, idle, next);
+    idle_wait(lock, driver_spin_, idle, until, next);
   }
 }
 
@@ -284,6 +286,7 @@ void PointToPoint::help(const WorkState& work) {
   std::unique_lock lock(mu_);
   ++helping_;
   int idle = 0;
+  Clock::time_point until{};
   // With nothing outstanding, whoever took the work's operation out finishes it.
   while (!stop_ && !ops_.empty() && !work.completed()) {
     Clock::time_point next;
@@ -291,7 +294,7 @@ void PointToPoint::help(const WorkState& work) {
       idle = 0;
       continue;
     }
-    idle_wait(lock, idle, next);
+    idle_wait(lock, spin_, idle, until, next);
   }
   --helping_;
   if (helping_ == 0 && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
@@ -327,19 +330,12 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& n
   return moved;
 }
 
-void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, int& idle,
-                             Clock::time_point next) {
-  // A wake-up from poll() costs tens of us: poll a little first.
-  if (++idle <= 64) {
-    if (spin_.yield) {
-      lock.unlock();
-      sched_yield();
-      lock.lock();
-    }
-    return;
-  }
+void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
+                             Clock::time_point& until, Clock::time_point next) {
+  // The lock is let go on each round: a thread starting an operation needs it.
+  const bool polling = keep_spinning(spin, idle, until);
   lock.unlock();
-  t_.wait_for_event(next);
+  if (!polling) t_.wait_for_event(next);
   lock.lock();
 }
 

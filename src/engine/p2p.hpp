@@ -67,9 +67,10 @@ class PointToPoint {
   // One pass over the operations (progress, a step each, finishing those done with the lock
   // released); true if anything moved. `next`: when a wait must end to meet a deadline.
   bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next);
-  // Nothing moved: spin a little (yielding the core when ranks outnumber cores), then block in
+  // Nothing moved: poll on (engine/spin.hpp, letting the lock go each round), then block in
   // the transport until it has something or `next` comes.
-  void idle_wait(std::unique_lock<std::mutex>& lock, int& idle, transport::Clock::time_point next);
+  void idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
+                 transport::Clock::time_point& until, transport::Clock::time_point next);
   // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
   // changed. Throws to fail it.
   bool step(Op& op, std::vector<Finished>& done);
@@ -85,7 +86,10 @@ class PointToPoint {
   size_t inline_limit() const;
 
   transport::Transport& t_;
-  SpinPolicy spin_;
+  SpinPolicy spin_;  // a waiter's, as a call's waits
+  // The driver's: 64 rounds, then it blocks. It runs beside the rank's own thread, which may be
+  // polling in a collective; polling longer would take that thread's core.
+  SpinPolicy driver_spin_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Op>> ops_;   // in issue order
