@@ -21,9 +21,7 @@ WorkRdmacoll::WorkRdmacoll(int rank, c10d::OpType type, const char* title,
                            std::vector<at::Tensor> outputs, const std::vector<at::Tensor>& inputs)
     : c10d::Work(rank, type, title, inputs),
       outputs_(std::move(outputs)),
-      future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
 
 void WorkRdmacoll::arm(const rdmacoll::Work& work, std::vector<at::Tensor> keep_alive,
                        std::function<void()> after) {

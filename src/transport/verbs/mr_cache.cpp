@@ -1,5 +1,6 @@
 #include "transport/verbs/mr_cache.hpp"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -56,7 +57,17 @@ std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
       return lru_.front();
     }
   }
-  auto region = make(base, length);
+  // The hook watches the range before it is registered: an unmap during the registration is
+  // recorded, and the next get() drops the region.
+  const Range pending{lo, hi};
+  publish_locked(&pending);
+  std::shared_ptr<const Region> region;
+  try {
+    region = make(base, length);
+  } catch (...) {
+    publish_locked();
+    throw;
+  }
   lru_.push_front(region);
   stats_.cached_bytes += length;
   // Least recently used first; the region just made stays even when alone above the cap.
@@ -65,17 +76,69 @@ std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
     lru_.pop_back();
     ++stats_.evictions;
   }
+  publish_locked();
   return region;
+}
+
+void MrCache::publish_locked(const Range* extra) {
+  Range ranges[kTracked];
+  size_t n = 0;
+  bool complete = lru_.size() + (extra ? 1 : 0) <= kTracked;
+  if (complete) {
+    for (const auto& r : lru_)
+      ranges[n++] = Range{r->base, r->base + r->length};
+    if (extra) ranges[n++] = *extra;
+    std::sort(ranges, ranges + n, [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  }
+  lock_spin(spin_);
+  view_complete_ = complete;
+  view_used_ = n;
+  uintptr_t reach = 0;
+  for (size_t i = 0; i < n; ++i) {
+    view_[i] = ranges[i];
+    reach = std::max(reach, ranges[i].hi);
+    reach_[i] = reach;
+  }
+  spin_.clear(std::memory_order_release);
+}
+
+bool MrCache::watched(uintptr_t lo, uintptr_t hi) const noexcept {
+  if (!view_complete_) return true;
+  // The last region starting below hi; some region up to it reaching past lo overlaps.
+  const Range* end = std::lower_bound(view_, view_ + view_used_, hi,
+                                      [](const Range& r, uintptr_t v) { return r.lo < v; });
+  if (end == view_) return false;
+  return reach_[end - view_ - 1] > lo;
 }
 
 void MrCache::invalidate(uintptr_t address, size_t length) noexcept {
   unmaps_seen_.fetch_add(1, std::memory_order_relaxed);
   if (!enabled_ || length == 0) return;
+  const Range range{address, address + length};
   lock_spin(spin_);
+  if (!watched(range.lo, range.hi)) {
+    spin_.clear(std::memory_order_release);
+    return;
+  }
+  unmaps_recorded_.fetch_add(1, std::memory_order_relaxed);
   if (ring_used_ < kRingSize) {
-    ring_[ring_used_++] = Range{address, address + length};
+    ring_[ring_used_++] = range;
   } else {
-    ring_overflow_ = true;
+    // Widen the entry that grows least: it may drop a neighbour that is still mapped (which
+    // then registers again), never keep one that is not.
+    size_t best = 0;
+    uintptr_t best_growth = UINTPTR_MAX;
+    for (size_t i = 0; i < kRingSize; ++i) {
+      const uintptr_t lo = std::min(ring_[i].lo, range.lo);
+      const uintptr_t hi = std::max(ring_[i].hi, range.hi);
+      const uintptr_t growth = (hi - lo) - (ring_[i].hi - ring_[i].lo);
+      if (growth < best_growth) {
+        best_growth = growth;
+        best = i;
+      }
+    }
+    ring_[best] = Range{std::min(ring_[best].lo, range.lo), std::max(ring_[best].hi, range.hi)};
+    ring_merges_.fetch_add(1, std::memory_order_relaxed);
   }
   pending_.store(true, std::memory_order_release);
   spin_.clear(std::memory_order_release);
@@ -91,23 +154,18 @@ void MrCache::apply_invalidations_locked() {
   if (!pending_.load(std::memory_order_acquire)) return;
   Range ranges[kRingSize];
   size_t n = 0;
-  bool overflow = false;
   lock_spin(spin_);
   n = ring_used_;
   for (size_t i = 0; i < n; ++i)
     ranges[i] = ring_[i];
-  overflow = ring_overflow_;
   ring_used_ = 0;
-  ring_overflow_ = false;
   pending_.store(false, std::memory_order_release);
   spin_.clear(std::memory_order_release);
   // Regions dropped here are deregistered outside the hook, once their calls release them.
-  if (overflow) {
-    drop_overlapping_locked(0, UINTPTR_MAX, stats_.invalidations);
-    return;
-  }
+  const size_t before = lru_.size();
   for (size_t i = 0; i < n; ++i)
     drop_overlapping_locked(ranges[i].lo, ranges[i].hi, stats_.invalidations);
+  if (lru_.size() != before) publish_locked();
 }
 
 void MrCache::drop_overlapping_locked(uintptr_t lo, uintptr_t hi, uint64_t& counter) {
@@ -127,6 +185,7 @@ void MrCache::evict(uintptr_t address, size_t length) {
   if (length == 0) return;
   std::lock_guard lock(mu_);
   drop_overlapping_locked(address, address + length, stats_.invalidations);
+  publish_locked();
 }
 
 void MrCache::disable() {
@@ -138,6 +197,7 @@ void MrCache::clear() {
   std::lock_guard lock(mu_);
   lru_.clear();
   stats_.cached_bytes = 0;
+  publish_locked();
 }
 
 MrCache::Stats MrCache::stats() const {
@@ -145,6 +205,8 @@ MrCache::Stats MrCache::stats() const {
   Stats s = stats_;
   s.cached_regions = lru_.size();
   s.unmaps_seen = unmaps_seen_.load(std::memory_order_relaxed);
+  s.unmaps_recorded = unmaps_recorded_.load(std::memory_order_relaxed);
+  s.ring_merges = ring_merges_.load(std::memory_order_relaxed);
   return s;
 }
 

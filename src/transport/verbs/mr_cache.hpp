@@ -8,7 +8,11 @@
 // Unmaps are reported by UCX's memory hooks (ucm), which run inside munmap and inside glibc's
 // free/trim with the arena lock held. invalidate() therefore only records the range in a fixed
 // ring under a spin flag: no allocation, no blocking lock, no deregistration there. The ranges
-// are applied by the next get() or by collect() on the progress path. Without memory events
+// are applied by the next get() or by collect() on the progress path. The hook sees a sorted
+// copy of the cached regions' bounds and records only unmaps that overlap one (PyTorch's
+// allocator unmaps often, mostly memory we never registered); a full ring merges the new range
+// into its nearest entry, so an overflow drops a few neighbours, never the whole cache. Without
+// memory events
 // (UCX_MEM_EVENTS=no, a failed hook) a new buffer at a reused address would get a stale
 // registration, so the cache is then disabled and every call registers afresh.
 //
@@ -37,11 +41,13 @@ class MrCache {
   using Deregister = std::function<void(void* handle)>;
 
   struct Stats {
-    uint64_t registrations = 0;  // Register calls
-    uint64_t hits = 0;           // get() served by a cached region
-    uint64_t evictions = 0;      // dropped for the cap
-    uint64_t invalidations = 0;  // dropped because their memory was unmapped (or a call failed)
-    uint64_t unmaps_seen = 0;    // invalidate() calls
+    uint64_t registrations = 0;    // Register calls
+    uint64_t hits = 0;             // get() served by a cached region
+    uint64_t evictions = 0;        // dropped for the cap
+    uint64_t invalidations = 0;    // dropped because their memory was unmapped (or a call failed)
+    uint64_t unmaps_seen = 0;      // invalidate() calls
+    uint64_t unmaps_recorded = 0;  // of those, overlapping a cached region (or untracked)
+    uint64_t ring_merges = 0;      // recorded into a full ring by widening an entry
     size_t cached_bytes = 0;
     size_t cached_regions = 0;
   };
@@ -75,8 +81,10 @@ class MrCache {
   bool enabled() const { return enabled_.load(); }
   Stats stats() const;
 
-  // Invalidations the ring holds before it overflows (then every region is dropped).
+  // Invalidations the ring holds before it merges ranges.
   static constexpr size_t kRingSize = 256;
+  // Cached regions the hook sees; with more, it records every unmap.
+  static constexpr size_t kTracked = 1024;
 
  private:
   struct Range {
@@ -86,6 +94,11 @@ class MrCache {
   std::shared_ptr<const Region> make(void* base, size_t length);
   void apply_invalidations_locked();
   void drop_overlapping_locked(uintptr_t lo, uintptr_t hi, uint64_t& counter);
+  // Copies the bounds of the cached regions (and `extra`, a region being registered) into the
+  // hook's view: sorted by start, with the running maximum of the ends.
+  void publish_locked(const Range* extra = nullptr);
+  // Under spin_: whether the hook must record [lo, hi).
+  bool watched(uintptr_t lo, uintptr_t hi) const noexcept;
 
   const size_t capacity_;
   std::atomic<bool> enabled_;
@@ -100,9 +113,16 @@ class MrCache {
   std::atomic_flag spin_ = ATOMIC_FLAG_INIT;
   std::atomic<bool> pending_{false};
   std::atomic<uint64_t> unmaps_seen_{0};
+  std::atomic<uint64_t> unmaps_recorded_{0};
+  std::atomic<uint64_t> ring_merges_{0};
   Range ring_[kRingSize];
   size_t ring_used_ = 0;
-  bool ring_overflow_ = false;
+  // The hook's view of the cache: view_[i] sorted by lo, reach_[i] the largest hi of
+  // view_[0..i]. view_complete_ false: more regions than kTracked, every unmap is recorded.
+  Range view_[kTracked];
+  uintptr_t reach_[kTracked] = {};
+  size_t view_used_ = 0;
+  bool view_complete_ = true;
 };
 
 }  // namespace rdmacoll::transport
