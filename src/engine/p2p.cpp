@@ -211,7 +211,8 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   if (!g.is_member()) raise_invalid(op->what() + ": this rank is not a member of the group");
   if (g.broken)
     raise_invalid(op->what() + ": the group is unusable after an earlier failure: " + *g.broken);
-  op->deadline = Clock::now() + g.timeout;
+  const Clock::time_point now = Clock::now();
+  op->deadline = now + g.timeout;
   op->work->set_helper(helper_);
   const bool waiter_helps = op->work->started_by_its_waiter();
   std::vector<Finished> done;
@@ -229,7 +230,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     // A blocking call's own thread helps it next, and wakes the driver when it stops helping;
     // waking it now costs a context switch per call on a host without an idle core. An
     // operation started behind it, which no one may wait for, the ticking driver finds.
-    last_add_ = Clock::now();
+    last_add_ = now;
     if (!waiter_helps || parked_) cv_.notify_all();
   }
   // Started from the group's queue, which finishes it once the group is free.

@@ -71,12 +71,14 @@ std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
   lru_.push_front(region);
   stats_.cached_bytes += length;
   // Least recently used first; the region just made stays even when alone above the cap.
+  // The view already holds the new region; it changes only if older ones went.
+  const size_t cached = lru_.size();
   while (stats_.cached_bytes > capacity_ && lru_.size() > 1) {
     stats_.cached_bytes -= lru_.back()->length;
     lru_.pop_back();
     ++stats_.evictions;
   }
-  publish_locked();
+  if (lru_.size() != cached) publish_locked();
   return region;
 }
 
