@@ -54,6 +54,10 @@ Algorithm parse_algorithm(const std::string& name);
 // the number of hosts the group spans. Thresholds and their measurements: selector.cpp.
 Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
 
+// The all-to-all of equal pieces of `piece_bytes`: Bruck (bruck_all_to_all.hpp) or Direct (a
+// pairwise exchange). Thresholds and their measurements: selector.cpp.
+Algorithm choose_all_to_all(int p, size_t piece_bytes, int hosts);
+
 bool is_power_of_two(int p);
 
 // Turns a set of chunk indices into maximal runs of consecutive indices (sorted).

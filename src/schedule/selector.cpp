@@ -29,6 +29,9 @@ namespace rdmacoll::schedule {
 namespace {
 constexpr size_t kRingMinBytes = 1u << 20;
 constexpr int kDirectMaxRanks = 16;
+// The all-to-all of equal pieces (measured: choose_all_to_all below).
+constexpr int kBruckMinRanks = 8;
+constexpr size_t kBruckMaxPiece = 2048;
 }  // namespace
 
 Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
@@ -36,6 +39,15 @@ Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
   if (is_power_of_two(p)) return Algorithm::RecursiveDoubling;
   if (hosts > 1 && bytes_per_rank >= kRingMinBytes) return Algorithm::Ring;
   return Algorithm::Bruck;
+}
+
+// Bruck's all-to-all across hosts, from 8 ranks, for pieces of up to 2 KiB whose input does
+// not ride inline (the engine checks that): log p messages each way instead of p - 1. Below 8
+// ranks Bruck sends more pieces in two dependent rounds for one message saved. The numbers:
+// docs/performance.md, "All-to-all of small pieces across hosts".
+Algorithm choose_all_to_all(int p, size_t piece_bytes, int hosts) {
+  if (hosts > 1 && p >= kBruckMinRanks && piece_bytes <= kBruckMaxPiece) return Algorithm::Bruck;
+  return Algorithm::Direct;
 }
 
 }  // namespace rdmacoll::schedule
