@@ -65,6 +65,9 @@ std::vector<Spec> make_registry() {
                           {"auto", "rd", "bruck", "ring", "direct", "two_level"},
                           "all-gather schedule; `auto` picks by group size, bytes and hosts "
                           "(docs/design.md)"));
+  r.push_back(choice_spec("RDMACOLL_ALLTOALL", Scope::Job, {"auto", "direct", "bruck"},
+                          "all-to-all of equal pieces: `auto` picks by group size, piece and "
+                          "hosts (docs/design.md), `direct` (pairwise), `bruck` (log p rounds)"));
   r.push_back(choice_spec("RDMACOLL_DESCRIPTORS", Scope::Job, {"auto", "direct", "bruck"},
                           "how each call's descriptors travel when no mailbox carries them: "
                           "`auto` (log p rounds across hosts, one direct round on one host), "

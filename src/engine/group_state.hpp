@@ -49,9 +49,11 @@ struct CallScratch {
   engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
   std::vector<const void*> reduce_chunks;
-  std::vector<uint8_t> rooted;     // reduce: a non-root's reduced piece
-  std::vector<uint64_t> splits;    // all_to_all: our splits as they travel
-  std::vector<size_t> in_offsets;  // all_to_all: where each piece starts, bytes
+  std::vector<uint8_t> rooted;       // reduce: a non-root's reduced piece
+  std::vector<uint64_t> splits;      // all_to_all: our splits as they travel
+  std::vector<uint64_t> pair_words;  // all_to_all's pair rounds: sizes out, in, findings
+  std::vector<uint8_t> bruck;        // all_to_all's Bruck rounds: slots, message out, messages in
+  std::vector<size_t> in_offsets;    // all_to_all: where each piece starts, bytes
   std::vector<size_t> out_offsets;
 };
 

@@ -179,6 +179,40 @@ TEST(AllToAll, GroupsOfOneToEightRanks) {
   }));
 }
 
+// Every rank its own host: equal pieces of up to 2 KiB whose input is past the 2 KiB eager
+// limit take Bruck's log p rounds (9 ranks: 4 steps, the last carrying one piece), in every
+// dtype, on the world and on a group of 8 whose members are not the world's first; smaller
+// inputs ride inline, and uneven splits and larger pieces still go pairwise.
+TEST(AllToAll, SmallEqualPiecesAcrossHostsInEveryDtype) {
+  testing::RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      9,
+      [](int rank, int) {
+        ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
+        init_process_group();
+        int iter = 0;
+        for (DType dt : kAllDTypes) {
+          const int64_t width = 64 / static_cast<int64_t>(element_size(dt));
+          all_to_all_and_check(  // 4 rows of 64 bytes per piece: Bruck's rounds
+              {}, [](int, int) { return int64_t{4}; }, width, dt, iter++, true);
+          all_to_all_and_check(  // one row: inline
+              {}, [](int, int) { return int64_t{1}; }, width, dt, iter++, true);
+        }
+        Group g = new_group({8, 1, 2, 3, 4, 5, 6, 7});
+        if (g.is_member()) {
+          all_to_all_and_check(
+              g, [](int, int) { return int64_t{3}; }, 20, DType::Float32, iter++, true);
+          all_to_all_and_check(
+              g, [](int i, int j) { return int64_t{(i + j) % 3}; }, 5, DType::Float32, iter++);
+          all_to_all_and_check(
+              g, [](int, int) { return int64_t{200}; }, 5, DType::Float32, iter++, true);
+        }
+        destroy_process_group();
+      },
+      opt));
+}
+
 TEST(AllToAll, ListsOfTensorsOfDifferentSizes) {
   expect_all_ok(run_ranks(3, [](int rank, int) {
     // inputs[j] here has j + rank + 1 elements; outputs[i] receives rank i's inputs[rank].
