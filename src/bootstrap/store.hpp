@@ -55,9 +55,11 @@ struct StoreLimits {
   // transport (StoreServer: a quarter of RLIMIT_NOFILE, at least 128).
   size_t max_connections = 8192;
   // Connections that have not answered the challenge yet, in all and from one address: past
-  // either, the oldest of them is dropped, so a flood cannot keep the job's ranks out.
-  size_t max_unproven = 64;
-  size_t max_unproven_per_address = 8;
+  // either, the oldest of them is dropped, so a flood cannot keep the job's ranks out. A host's
+  // ranks all connect from its address at once, and a CPU node runs 64 of them: below that,
+  // ranks starting together on a loaded host were shed (to connect again) with a warning.
+  size_t max_unproven = 256;
+  size_t max_unproven_per_address = 64;
   size_t max_pending_gets_per_connection = 16;               // a client waits on one at a time
   size_t max_buffered_per_connection = (64u << 20) + 16384;  // one largest frame, in or out
   size_t max_buffered_total = 512u << 20;                    // every connection's buffers

@@ -249,7 +249,7 @@ TEST(StoreServer, WaitingGetsPerConnectionAreCapped) {
   EXPECT_EQ(c.get_string("k", 1s), "v");
 }
 
-// A stranger's connections that never answer the challenge: at most 8 from one address stay
+// A stranger's connections that never answer the challenge: at most 64 from one address stay
 // (the oldest go first), so the descriptors they would hold stay the rank's, and a rank that
 // connects meanwhile gets in.
 TEST(StoreServer, AFloodOfUnprovenConnectionsIsCappedOldestFirst) {
@@ -261,7 +261,7 @@ TEST(StoreServer, AFloodOfUnprovenConnectionsIsCappedOldestFirst) {
   StoreClient rank("127.0.0.1", server.port(), soon(), creds);
   rank.set("k", std::string("v"));
   EXPECT_EQ(rank.get_string("k", 1s), "v");
-  // The first of the flood were dropped; the newest 8 (or fewer) may still be open.
+  // The first of the flood were dropped; the newest 64 (or fewer) may still be open.
   int closed = 0;
   for (int fd : flood) {
     timeval tv{0, 200000};
@@ -275,7 +275,7 @@ TEST(StoreServer, AFloodOfUnprovenConnectionsIsCappedOldestFirst) {
     }
     ::close(fd);
   }
-  EXPECT_GE(closed, 200 - 8);
+  EXPECT_GE(closed, 200 - 64);
 }
 
 // A store sheds unproven connections when too many come at once (above); a rank it shed
