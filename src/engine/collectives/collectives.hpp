@@ -10,7 +10,9 @@
 //   gather.cpp          inline to the root, or one-sided writes into the root's output
 //   scatter.cpp         inline from the root, or its writes into every member's output
 //   reduce.cpp          gather-and-fold at the root, or reduce-scatter rounds then a gather
-//   all_to_all.cpp      per pair: inline, a write into the receiver's output, or a message
+//   all_to_all.cpp      per pair: inline, a write into the receiver's output, or a message;
+//                       all_to_all_sizes.cpp agrees the splits, all_to_all_bruck.cpp runs
+//                       Bruck's rounds for small equal pieces
 // selection.cpp picks the all-gather's algorithm and makes its schedules.
 
 #include <cstddef>

@@ -1,0 +1,95 @@
+// Bruck's rounds of all_to_all for small equal pieces (all_to_all_parts.hpp).
+
+#include <string>
+#include <vector>
+
+#include "common/settings.hpp"
+#include "engine/collectives/all_to_all_parts.hpp"
+#include "engine/control_plane.hpp"
+#include "schedule/bruck_all_to_all.hpp"
+#include "schedule/schedule.hpp"
+
+namespace rdmacoll::engine::all_to_all_parts {
+
+namespace {
+
+// RDMACOLL_ALLTOALL, read once: the all-to-all of equal pieces by `auto` (the selector),
+// `direct` or `bruck`.
+schedule::Algorithm forced_all_to_all(bool& forced) {
+  static const std::string choice = settings::choice("RDMACOLL_ALLTOALL");
+  forced = choice != "auto";
+  return choice == "bruck" ? schedule::Algorithm::Bruck : schedule::Algorithm::Direct;
+}
+
+}  // namespace
+
+bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message) {
+  if (piece == 0 || piece * static_cast<size_t>(p / 2) > max_message) return false;
+  bool forced = false;
+  const schedule::Algorithm a = forced_all_to_all(forced);
+  if (forced) return a == schedule::Algorithm::Bruck;
+  return !fits_inline && schedule::choose_all_to_all(p, piece, hosts) == schedule::Algorithm::Bruck;
+}
+
+// Bruck's rounds (schedule/bruck_all_to_all.hpp): log p steps of one control message each way,
+// the slots staged in the group's scratch. Receives are posted up front: each step's sender is
+// a different member, so the pieces' tags (index: the sender) stay apart.
+void bruck_rounds(transport::Transport& t, GroupState& g, Call& call, uint8_t* out,
+                  const uint8_t* in, size_t piece) {
+  const int p = g.size();
+  const int me = g.rank;
+  const std::vector<schedule::SlotStep> steps = schedule::bruck_all_to_all(p, me);
+  const size_t most = static_cast<size_t>(p / 2) * piece;  // a step's message at most
+  auto& buf = g.scratch.bruck;
+  buf.resize(static_cast<size_t>(p) * piece + (steps.size() + 1) * most);
+  uint8_t* staging = buf.data();
+  uint8_t* packed = staging + static_cast<size_t>(p) * piece;  // the message being sent
+  uint8_t* arrived = packed + most;                            // step k's at k * most
+  // Slot i starts with our piece for member me + i: the input rotated by me pieces.
+  const size_t head = static_cast<size_t>(me) * piece;
+  std::memcpy(staging, in + head, static_cast<size_t>(p) * piece - head);
+  std::memcpy(staging + static_cast<size_t>(p) * piece - head, in, head);
+  const size_t recvs_before = call.recvs().size();
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const int from = steps[k].from;
+    const uint64_t tag = make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(from));
+    call.recvs().push_back(
+        {call.guarded([&] { return t.recv(call.global(from), tag, arrived + k * most, most); }),
+         from, Pending::Kind::Arrival, from, 1});
+  }
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const schedule::SlotStep& step = steps[k];
+    size_t bytes = 0;
+    for (const schedule::Transfer& run : step.slots) {
+      const size_t n = static_cast<size_t>(run.count) * piece;
+      std::memcpy(packed + bytes, staging + static_cast<size_t>(run.first) * piece, n);
+      bytes += n;
+    }
+    const uint64_t tag = make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(me));
+    // The transport keeps its own copy of a control message: `packed` is free again at once.
+    call.sends().push_back(
+        {call.guarded([&] { return t.send(call.global(step.to), tag, packed, bytes); }), step.to,
+         Pending::Kind::Write, me, 1});
+    const size_t at = recvs_before + k;
+    call.wait(call.recvs(), at, at + 1);
+    if (call.recvs()[at].req->length() != bytes) {
+      throw TransportError(call.where() + ": rank " + std::to_string(call.global(step.from)) +
+                           " sent " + std::to_string(call.recvs()[at].req->length()) +
+                           " bytes in all_to_all step " + std::to_string(k) + ", expected " +
+                           std::to_string(bytes));
+    }
+    const uint8_t* src = arrived + k * most;
+    for (const schedule::Transfer& run : step.slots) {
+      const size_t n = static_cast<size_t>(run.count) * piece;
+      std::memcpy(staging + static_cast<size_t>(run.first) * piece, src, n);
+      src += n;
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    std::memcpy(out + static_cast<size_t>(r) * piece,
+                staging + static_cast<size_t>(schedule::final_slot(p, me, r)) * piece, piece);
+  }
+  call.wait(call.sends(), 0, call.sends().size());
+}
+
+}  // namespace rdmacoll::engine::all_to_all_parts
