@@ -1,6 +1,6 @@
 // all_gather_perf: all_gather_into_tensor bandwidth and latency, in the nccl-tests tradition;
-// with -o, every other call (sendrecv_perf, alltoall_perf, gather_perf, scatter_perf and
-// reduce_perf are this source with -o preset).
+// with -S, into symmetric memory (rdmacoll::empty); with -o, every other call (sendrecv_perf,
+// alltoall_perf, gather_perf, scatter_perf and reduce_perf are this source with -o preset).
 //   rdmacoll-run -n 4 ./all_gather_perf -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
 // Columns: size (bytes per rank), count (elements per rank), type, time (us, slowest rank's
 // mean), algbw = world*size/time, busbw = algbw*(world-1)/world, #wrong, then p50/p99.
@@ -33,7 +33,8 @@ struct Options {
   DType dtype = DType::Float32;
   std::string json;
   std::string csv;
-  bool list = false;  // -o list: all_gather into a list of tensors instead of one
+  bool list = false;       // -o list: all_gather into a list of tensors instead of one
+  bool symmetric = false;  // -S: the all-gathers' output from rdmacoll::empty (symmetric memory)
   // -o all_reduce | reduce_scatter | broadcast: one column set (sweep_one_column); empty for
   // the all-gathers.
   std::string single;
@@ -176,6 +177,8 @@ Options parse(int argc, char** argv) {
       o.json = next();
     else if (a == "--csv")
       o.csv = next();
+    else if (a == "-S")
+      o.symmetric = true;
     else if (a == "-o") {
       const std::string op = next();
       if (op != "into" && op != "list" && !find_one_column_op(op)) {
@@ -190,7 +193,7 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: all_gather_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] "
+                   "[-c 0|1] [-d dtype] [-T timeout_s] [-J json] [--csv file] [-S] "
                    "[-o into|list|all_reduce|reduce_scatter|broadcast|reduce|alltoall|gather|"
                    "scatter|sendrecv]\n");
       std::exit(2);
@@ -527,7 +530,7 @@ int run_sweep(const Options& o) {
     Tensor in = zeros({count}, o.dtype);
     for (int64_t i = 0; i < count; ++i)
       in.set(i, expected(rank, i));
-    Tensor out = zeros({world * count}, o.dtype);
+    Tensor out = o.symmetric ? empty({world * count}, o.dtype) : zeros({world * count}, o.dtype);
     progress.set_phase("size " + std::to_string(count * es) + " out-of-place");
     const Result op = run(out, in, o.list, o.iters, o.warmup, o.check, world, progress);
     // In-place: the input is this rank's own slot of the output.

@@ -78,6 +78,15 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
 void destroy_group(Group& group);
 void destroy_process_group();
 
+// Symmetric memory: a zeroed tensor that every member of the group allocates together, each
+// member's memory mapped by every member on one host. An all_gather_into_tensor whose output
+// is such a tensor on every member (the same tensor, at the same place) stores each chunk
+// straight into every member's output: one copy, no cross-memory attach, no registration.
+// Collective: every member calls it with the same sizes and dtype, in the same order as its
+// other calls on the group. Where the members cannot map each other's memory (several hosts,
+// no ptrace permission), the tensor is ordinary memory and collectives take their usual path.
+Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
+
 // Name of the transport in use ("ucx", "verbs").
 std::string transport_name();
 

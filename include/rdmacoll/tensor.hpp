@@ -25,6 +25,11 @@ class Tensor {
   // Owning, zero-filled.
   static Tensor zeros(std::vector<int64_t> sizes, DType dtype = DType::Float32);
 
+  // A view of `data` that keeps `owner` alive as long as any copy of the tensor lives (memory
+  // the library or the caller allocated otherwise, e.g. rdmacoll::empty's).
+  static Tensor owning(std::shared_ptr<void> owner, void* data, DType dtype,
+                       std::vector<int64_t> sizes);
+
   // Owning, from values (converted to dtype as torch.tensor(values, dtype=...) would).
   static Tensor from_values(std::initializer_list<double> values, DType dtype);
 

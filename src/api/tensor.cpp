@@ -49,6 +49,13 @@ Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> sizes) {
   return t;
 }
 
+Tensor Tensor::owning(std::shared_ptr<void> owner, void* data, DType dtype,
+                      std::vector<int64_t> sizes) {
+  Tensor t = view(data, dtype, std::move(sizes));
+  t.storage_ = std::move(owner);
+  return t;
+}
+
 Tensor Tensor::zeros(std::vector<int64_t> sizes, DType dtype) {
   Tensor t;
   check_shape(sizes, dtype, "zeros");

@@ -43,6 +43,8 @@ struct Fixed {
   int32_t global_rank;
   uint32_t splits_len;
   uint64_t signal_token;
+  uint64_t window;
+  uint64_t window_offset;
 };
 
 static_assert(sizeof(Fixed) + kMaxSlotKeyBytes <= kInlineOverhead,
@@ -123,7 +125,9 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 group_digest,
                 global_rank,
                 static_cast<uint32_t>(splits.size()),
-                signal_token};
+                signal_token,
+                window,
+                window_offset};
   uint8_t* p = dst;
   std::memcpy(p, &f, sizeof f);
   p += sizeof f;
@@ -204,6 +208,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.group_creation = f.group_creation;
   d.group_digest = f.group_digest;
   d.signal_token = f.signal_token;
+  d.window = f.window;
+  d.window_offset = f.window_offset;
   d.inline_data = {p, f.inline_len};
   return d;
 }

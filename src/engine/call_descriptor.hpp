@@ -66,6 +66,11 @@ struct CallDescriptor {
   // all_to_all: the sender's p input splits then its p output splits, in elements (2 p
   // little-endian uint64), so that every rank checks every pair's sizes (all_to_all.cpp).
   std::span<const uint8_t> splits;
+  // all_gather into symmetric memory (engine/symmetric.hpp): the window the sender's output
+  // lies in (0: none) and where in it. The data path is taken only when every member names the
+  // same window and offset.
+  uint64_t window = 0;
+  uint64_t window_offset = 0;
   // Setting up the group's eager slots (engine/eager_slots.hpp): the sender's slot memory
   // (first call), then whether the sender mapped every peer's (second call).
   uint64_t slot_addr = 0;

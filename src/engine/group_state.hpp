@@ -80,6 +80,7 @@ class GroupState {
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
+  uint64_t windows_made = 0;          // rdmacoll::empty() calls so far; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it
   int global_rank = -1;               // this process's world rank
   uint64_t creation = 0;              // its new_group() call number (member groups: their id)

@@ -1,6 +1,8 @@
 // all_gather_into_tensor: one round with the chunks inline in the descriptors up to the eager
 // limit; beyond it, the selected schedule (selection.cpp) run by one-sided writes of chunk ranges
-// at their final offsets, each step forwarding what the earlier steps brought.
+// at their final offsets, each step forwarding what the earlier steps brought. An output in
+// symmetric memory (rdmacoll::empty, engine/symmetric.hpp) on every member takes neither: each
+// member stores its chunk straight into every member's output, then all meet in a barrier.
 
 #include <cstring>
 
@@ -8,12 +10,13 @@
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "engine/control_plane.hpp"
+#include "engine/symmetric.hpp"
 
 namespace rdmacoll::engine {
 
 namespace {
 void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
-            std::shared_ptr<transport::MemoryRegion>& region);
+            std::shared_ptr<transport::MemoryRegion>& region, bool& stored);
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
@@ -22,13 +25,23 @@ void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
   Call call(e.transport(), g, name, e.spin());
   transport::Transport& t = e.transport();
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
-  call.run([&] { gather(t, g, call, a, region); }, &region);
+  bool stored = false;  // symmetric memory: every member stored into every output
+  call.run([&] { gather(t, g, call, a, region, stored); }, &region);
+  // The peers' stores land in outputs their owners read once they return: none returns before
+  // every member has stored.
+  if (stored) e.barrier(g);
 }
 
 namespace {
 
+std::string describe_window(const CallDescriptor& d) {
+  if (d.window == 0) return "not in symmetric memory";
+  return "at byte " + std::to_string(d.window_offset) + " of symmetric tensor #" +
+         std::to_string(d.window);
+}
+
 void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
-            std::shared_ptr<transport::MemoryRegion>& region) {
+            std::shared_ptr<transport::MemoryRegion>& region, bool& stored) {
   const int p = g.size();
   const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
   const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
@@ -56,6 +69,13 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     return;
   }
 
+  // An output in a window of symmetric memory: offered to the members (nothing registered).
+  size_t window_offset = 0;
+  std::shared_ptr<Window> window;
+  if (a.op == CollectiveOp::AllGather && a.local_error.empty() && !inline_path && chunk > 0) {
+    window = find_window(&g, g.digest, out, out_bytes, window_offset);
+  }
+
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(g, call, a);
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
@@ -63,6 +83,9 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   // limit); a rank whose sizes differ is caught by check_descriptors either way.
   if (inline_path) {
     mine.inline_data = {out + static_cast<size_t>(g.rank) * chunk, chunk};
+  } else if (window) {
+    mine.window = window->id;
+    mine.window_offset = window_offset;
   } else if (mine.ok) {
     region = t.register_memory(out, out_bytes);
     mine.out_addr = reinterpret_cast<uint64_t>(out);
@@ -72,8 +95,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   }
   // A ring writes only to its successor, so it needs only the successor's descriptor: one
   // message per rank and call, to and from its ring neighbours (engine/call.hpp).
-  const bool ring =
-      !inline_path && chunk > 0 && mine.ok && algorithm_for(g, chunk) == schedule::Algorithm::Ring;
+  const bool ring = !inline_path && !window && chunk > 0 && mine.ok &&
+                    algorithm_for(g, chunk) == schedule::Algorithm::Ring;
   const schedule::Schedule* sched = nullptr;
   std::vector<size_t> recv_end;  // where each step's arrivals end in call.recvs()
   auto post_arrivals = [&] {
@@ -111,6 +134,30 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
       }
       std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
     }
+    return;
+  }
+
+  bool windows = false;
+  for (int r = 0; r < p; ++r)
+    windows = windows || all[r].window != 0;
+  if (windows) {
+    // Every member saw the same descriptors: all store, or all raise this.
+    for (int r = 0; r < p; ++r) {
+      if (all[r].window != all[0].window || all[r].window_offset != all[0].window_offset) {
+        reject(call, "ranks disagree on symmetric memory: rank " + std::to_string(call.global(0)) +
+                         "'s output is " + describe_window(all[0]) + ", rank " +
+                         std::to_string(call.global(r)) + "'s " + describe_window(all[r]) +
+                         "; every member passes the same part of a tensor from rdmacoll::empty "
+                         "on this group, or none does");
+      }
+    }
+    for (int i = 0; i < p; ++i) {
+      const int r = (g.rank + i) % p;  // members start at different peers
+      if (r == g.rank && own_copied) continue;
+      convert_elements(window->base[r] + window_offset + static_cast<size_t>(g.rank) * chunk,
+                       a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+    }
+    stored = true;
     return;
   }
 

@@ -1,0 +1,109 @@
+// Symmetric memory (rdmacoll::empty) across real processes: all_gather_into_tensor into such a
+// tensor stores every chunk straight into every member's output. Every element of every
+// rank's output checked, the transport's written bytes counted, and a rank whose output is
+// not in the window makes every rank raise.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "api/debug.hpp"
+#include "gather_check.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::expected_value;
+using testing::input_value;
+using testing::run_ranks;
+
+constexpr int64_t kLarge = 100000;  // 400 KB of float32 per rank: past the eager limit
+
+// One gather into `out` (from empty() or not), every element checked; the output starts with
+// values that differ from every expected one.
+void gather_into(Tensor& out, const Group& g, int64_t n, DType in_dt, int iter,
+                 bool in_place = false) {
+  const int p = g.is_default() ? get_world_size() : g.size();
+  const int me = g.is_default() ? get_rank() : g.rank();
+  const DType out_dt = out.dtype();
+  for (int r = 0; r < p; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      out.set(r * n + i, expected_value(r, i, iter, in_dt, out_dt) + 1);
+  Tensor in = in_place ? Tensor::view(static_cast<uint8_t*>(out.data()) + me * n * 4, out_dt, {n})
+                       : zeros({n}, in_dt);
+  for (int64_t i = 0; i < n; ++i)
+    in.set(i, input_value(me, i, iter, in_dt));
+  all_gather_into_tensor(out, in, g);
+  for (int r = 0; r < p; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = expected_value(r, i, iter, in_dt, out_dt);
+      RANK_CHECK(out.item(r * n + i) == want, "iter " << iter << " chunk " << r << " element " << i
+                                                      << ": got " << out.item(r * n + i)
+                                                      << ", want " << want);
+    }
+  }
+}
+
+uint64_t bytes_written() {
+  uint64_t n = 0;
+  for (int r = 0; r < get_world_size(); ++r)
+    n += detail::bytes_written_to(r);
+  return n;
+}
+
+// Out of place, in place, int64 into float32, flat and stacked, ten calls in a row: every
+// chunk right, and not one byte through the transport's writes.
+TEST(SymmetricMemory, AllGatherStoresEveryChunkIntoEveryMembersOutput) {
+  expect_all_ok(run_ranks(3, [](int, int p) {
+    Tensor flat = empty({p * kLarge}, DType::Float32);
+    Tensor stacked = empty({p, kLarge}, DType::Float32);
+    const uint64_t before = bytes_written();
+    for (int iter = 0; iter < 10; ++iter) {
+      gather_into(iter % 2 ? stacked : flat, {}, kLarge, DType::Float32, iter);
+    }
+    gather_into(flat, {}, kLarge, DType::Int64, 10);
+    gather_into(flat, {}, kLarge, DType::Float32, 11, true);
+    // Small chunks keep riding inline in the descriptors.
+    Tensor small = empty({p * 8}, DType::Float32);
+    gather_into(small, {}, 8, DType::Float32, 12);
+    RANK_CHECK(bytes_written() == before,
+               "the symmetric path wrote " << bytes_written() - before << " bytes");
+    // The same gather into ordinary memory writes one-sided.
+    Tensor plain = zeros({p * kLarge}, DType::Float32);
+    gather_into(plain, {}, kLarge, DType::Float32, 13);
+    RANK_CHECK(bytes_written() > before, "the ordinary path wrote nothing");
+  }));
+}
+
+// A group whose members are not the world's first; tensors dropped and made again.
+TEST(SymmetricMemory, OnASubgroupAndAcrossTensorsMadeAndDropped) {
+  expect_all_ok(run_ranks(4, [](int rank, int) {
+    Group g = new_group({3, 1, 2});
+    if (!g.is_member()) return;
+    for (int round = 0; round < 3; ++round) {
+      Tensor out = empty({3 * kLarge}, DType::Float32, g);
+      gather_into(out, g, kLarge, DType::Float32, round);
+    }
+    (void)rank;
+  }));
+}
+
+// Rank 1 gathers into ordinary memory while the others use the window: every rank raises the
+// same error before anything is stored, and the group goes on.
+TEST(SymmetricMemory, AMemberWhoseOutputIsNotInTheWindowMakesEveryRankRaise) {
+  expect_all_ok(run_ranks(3, [](int rank, int p) {
+    Tensor sym = empty({p * kLarge}, DType::Float32);
+    Tensor plain = zeros({p * kLarge}, DType::Float32);
+    Tensor& out = rank == 1 ? plain : sym;
+    Tensor in = zeros({kLarge}, DType::Float32);
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
+                                       "ranks disagree on symmetric memory");
+    gather_into(sym, {}, kLarge, DType::Float32, 1);
+  }));
+}
+
+}  // namespace
+}  // namespace rdmacoll
