@@ -16,7 +16,7 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["transport_name", "torch_version_built"]
+__all__ = ["empty", "transport_name", "torch_version_built"]
 
 
 def _create(opts, pg_options=None):
@@ -30,6 +30,29 @@ def _create(opts, pg_options=None):
     else:
         kind = _C.Kind.STANDALONE
     return _C.RdmacollBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, kind)
+
+
+def empty(*size, dtype=None, group=None):
+    """A zeroed CPU tensor in symmetric memory: every member of `group` (default: the world)
+    allocates it together, and every member on one host maps every member's. A
+    dist.all_gather_into_tensor whose output is such a tensor on every member stores each chunk
+    straight into every member's output (one copy, no registration). Collective: every member
+    calls it with the same size and dtype, in the same order as its other calls on the group.
+    Where the members cannot map each other's memory it is an ordinary tensor."""
+    import torch
+
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dtype = dtype or torch.get_default_dtype()
+    pg = group if group is not None else _dist.distributed_c10d._get_default_group()
+    if pg == _dist.GroupMember.NON_GROUP_MEMBER:
+        return torch.zeros(size, dtype=dtype)
+    backend = pg
+    if not isinstance(backend, _C.RdmacollBackend) and hasattr(pg, "_get_backend"):
+        backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, _C.RdmacollBackend):
+        raise ValueError("rdmacoll_torch.empty needs a group whose CPU backend is rdmacoll")
+    return backend._empty([int(s) for s in size], dtype)
 
 
 def transport_name():

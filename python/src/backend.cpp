@@ -353,4 +353,20 @@ void leave_at_exit() {
   rdmacoll::abort_process_group();
 }
 
+at::Tensor RdmacollBackend::empty_symmetric(const std::vector<int64_t>& sizes,
+                                            at::ScalarType type) {
+  // Bytes of any dtype: the window is found by address, whatever the elements.
+  int64_t numel = 1;
+  for (int64_t s : sizes) {
+    if (s < 0) throw std::invalid_argument("rdmacoll_torch.empty: negative size");
+    numel *= s;
+  }
+  const auto bytes = numel * static_cast<int64_t>(c10::elementSize(type));
+  rdmacoll::Tensor t = rdmacoll::empty({bytes}, rdmacoll::DType::UInt8, group_);
+  void* data = t.data();
+  return at::from_blob(
+      data, sizes, [t](void*) mutable { t = rdmacoll::Tensor(); },
+      at::TensorOptions().dtype(type).device(at::kCPU));
+}
+
 }  // namespace rdmacoll_torch

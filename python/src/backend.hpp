@@ -104,6 +104,10 @@ class RdmacollBackend final : public compat::Base {
   // Frees the group (and, for the group that made the world, the world) once; without the GIL.
   void release(bool abort);
 
+  // rdmacoll_torch.empty: a zeroed tensor in the group's symmetric memory (rdmacoll::empty);
+  // collective over the group. Without the GIL.
+  at::Tensor empty_symmetric(const std::vector<int64_t>& sizes, at::ScalarType type);
+
  private:
   // A call being issued.
   struct Issue {

@@ -2,6 +2,7 @@
 // torch.distributed.
 
 #include <pybind11/chrono.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <rdmacoll/rdmacoll.hpp>
@@ -28,7 +29,16 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("kind"),
            py::call_guard<py::gil_scoped_release>())
       .def("_release", &RdmacollBackend::release, py::arg("abort") = false,
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "_empty",
+          [](RdmacollBackend& self, const std::vector<int64_t>& sizes, const py::object& dtype) {
+            if (!THPDtype_Check(dtype.ptr())) throw py::type_error("dtype must be a torch.dtype");
+            const at::ScalarType type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+            py::gil_scoped_release release;
+            return self.empty_symmetric(sizes, type);
+          },
+          py::arg("sizes"), py::arg("dtype"));
   // For tests: the store adapter's get(), against a real torch store.
   m.def(
       "_store_get",

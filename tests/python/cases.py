@@ -944,6 +944,38 @@ def case_gpipe():
     dist.destroy_process_group()
 
 
+def case_symmetric():
+    """all_gather_into_tensor into rdmacoll_torch.empty's symmetric memory, out of place and in
+    place, flat and stacked, equal to gloo's; on a subgroup too."""
+    rank, p = init()
+    gloo = dist.new_group(backend="gloo")
+    n = 100000  # 400 KB of float32: past the inline limit
+    flat = rdmacoll_torch.empty(p * n)
+    stacked = rdmacoll_torch.empty((p, n), dtype=torch.float32)
+    assert flat.shape == (p * n,) and stacked.shape == (p, n) and flat.dtype == torch.float32
+    for step in range(6):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(rank * 100 + step))
+        out = flat if step % 2 == 0 else stacked
+        out.fill_(-1)
+        dist.all_gather_into_tensor(out, x)
+        want = torch.empty(p * n)
+        dist.all_gather(list(want.chunk(p)), x, group=gloo)  # 1.13's gloo has no tensor form
+        assert torch.equal(out.view(-1), want), f"symmetric all_gather, step {step}"
+    own = flat[rank * n:(rank + 1) * n]
+    own.copy_(torch.full((n,), float(rank)))
+    dist.all_gather_into_tensor(flat, own)
+    for r in range(p):
+        expect_equal(flat[r * n:(r + 1) * n], torch.full((n,), float(r)), "in place")
+    sub = dist.new_group(list(range(1, p)))
+    if rank >= 1:
+        out = rdmacoll_torch.empty((p - 1) * n, group=sub)
+        dist.all_gather_into_tensor(out, torch.full((n,), float(rank)), group=sub)
+        for r in range(1, p):
+            expect_equal(out[(r - 1) * n:r * n], torch.full((n,), float(r)), "subgroup")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     globals()["case_" + name]()

@@ -100,7 +100,7 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("uaf", 2), ("mistakes", 3), ("shapes", 3), ("sparse", 3),
                                     ("secondary", 3), ("teardown", 2), ("profiler", 2),
                                     ("rooted", 3), ("alltoall", 3), ("alltoall", 4),
-                                    ("p2p", 2), ("p2p", 3), ("gpipe", 4),
+                                    ("p2p", 2), ("p2p", 3), ("gpipe", 4), ("symmetric", 3),
                                     ("gather_coalesced", 3),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
