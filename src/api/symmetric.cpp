@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
 #include "rdmacoll/process_group.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll {
 
@@ -49,10 +50,17 @@ Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes,
     mapped = mapped && all[4 * r + 3] == 1 && all[4 * r + 2] == bytes;
   w->peers.resize(p);
   w->base.assign(p, nullptr);
+  const std::shared_ptr<transport::Transport> t = g.transport.lock();
   for (int r = 0; r < p && mapped; ++r) {
     if (r == g.rank) {
       w->base[r] = w->own->data();
       continue;
+    }
+    // The pid a member names must be the one it published at init: else a member could make
+    // this process map (and a collective store into) another process's segment.
+    if (!t || all[4 * r] != t->peer_pid(g.members[r])) {
+      mapped = false;
+      break;
     }
     w->peers[r] = transport::SharedSegment::map_peer(static_cast<pid_t>(all[4 * r]),
                                                      static_cast<int>(all[4 * r + 1]),

@@ -36,6 +36,12 @@ class PeerLiveness {
   // One entry per rank; peers on another host are not watched.
   void reset(const std::vector<std::pair<std::string, pid_t>>& host_and_pid);
   bool same_host(int rank) const { return peers_.at(rank).same_host; }
+  // The process id same-host `rank` published at init (authenticated with the job's address
+  // exchange), or 0 for a peer on another host.
+  pid_t pid_of(int rank) const {
+    const Peer& p = peers_.at(rank);
+    return p.same_host ? p.pid : 0;
+  }
   // Starts watching `rank` (opens its pidfd); returns the failure if it is already gone.
   std::optional<std::string> watch(int rank);
   // Why `rank` is known dead, if it is (non-blocking check of its pidfd).

@@ -191,6 +191,10 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->peer_failure(peer);
   }
+  int peer_pid(int peer) const override {
+    std::lock_guard lock(mu_);
+    return inner_->peer_pid(peer);
+  }
 
  private:
   // Called with the lock held after posting: the post may have started work only progress

@@ -1,5 +1,6 @@
 #include "transport/shared_segment.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -23,6 +24,19 @@ size_t page_rounded(size_t bytes) {
   return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
 }
 
+constexpr const char* kName = "rdmacoll-symmetric";
+
+// A memfd (only memfds answer F_GET_SEALS) that create() made (its name).
+bool is_our_memfd(int fd) {
+  if (::fcntl(fd, F_GET_SEALS) < 0) return false;
+  char link[256];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n <= 0) return false;
+  const std::string target(link, static_cast<size_t>(n));
+  return target.rfind(std::string("/memfd:") + kName, 0) == 0;
+}
+
 uint8_t* map_shared(int fd, size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
@@ -32,7 +46,7 @@ uint8_t* map_shared(int fd, size_t bytes) {
 
 std::unique_ptr<SharedSegment> SharedSegment::create(size_t bytes, std::string& why) {
   const size_t size = page_rounded(bytes);
-  const int fd = static_cast<int>(::syscall(SYS_memfd_create, "rdmacoll-symmetric", MFD_CLOEXEC));
+  const int fd = static_cast<int>(::syscall(SYS_memfd_create, kName, MFD_CLOEXEC));
   if (fd < 0) {
     why = errno_text("memfd_create");
     return nullptr;
@@ -63,6 +77,13 @@ std::unique_ptr<SharedSegment> SharedSegment::map_peer(pid_t pid, int fd, size_t
   ::close(pidfd);
   if (local < 0) {
     why = errno_text("pidfd_getfd (needs ptrace permission, as cross-memory attach does)");
+    return nullptr;
+  }
+  // Only a segment of ours: a peer could name any descriptor of any process this one may
+  // trace, a file among them, which the stores of a collective would then write.
+  if (!is_our_memfd(local)) {
+    why = "the peer's descriptor is not an rdmacoll symmetric-memory segment";
+    ::close(local);
     return nullptr;
   }
   // A segment shorter than claimed would fault (SIGBUS) past its end: refused.

@@ -257,6 +257,9 @@ class Transport {
  public:
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
   virtual std::optional<std::string> peer_failure(int peer) = 0;
+  // The process id of `peer` on this host as it published it at init; 0 when it is on another
+  // host or the transport does not know.
+  virtual int peer_pid(int /*peer*/) const { return 0; }
 
  private:
   std::vector<uint64_t> bytes_to_;

@@ -4,7 +4,10 @@
 #include "transport/shared_segment.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <string>
 
@@ -38,6 +41,25 @@ TEST(SharedSegment, ASegmentShorterThanClaimedIsRefused) {
   auto peer = SharedSegment::map_peer(::getpid(), own->fd(), 1 << 20, why);
   EXPECT_FALSE(peer);
   EXPECT_NE(why.find("holds"), std::string::npos) << why;
+}
+
+// A peer that names a file (or any descriptor but our segment) is refused: the collective's
+// stores would write into it.
+TEST(SharedSegment, ADescriptorThatIsNotOurSegmentIsRefused) {
+  char path[] = "/tmp/rdmacoll-segment-XXXXXX";
+  const int file = ::mkstemp(path);
+  ASSERT_GE(file, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(file, 1 << 20), 0);
+  std::string why;
+  EXPECT_FALSE(SharedSegment::map_peer(::getpid(), file, 4096, why));
+  EXPECT_NE(why.find("not an rdmacoll symmetric-memory segment"), std::string::npos) << why;
+  const int other = static_cast<int>(::syscall(SYS_memfd_create, "someone-else", 0));
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::ftruncate(other, 1 << 20), 0);
+  EXPECT_FALSE(SharedSegment::map_peer(::getpid(), other, 4096, why));
+  ::close(other);
+  ::close(file);
 }
 
 TEST(SharedSegment, ABadDescriptorOrProcessSaysWhy) {

@@ -189,6 +189,7 @@ class UcxTransport final : public Transport {
   void wait_fds(std::vector<pollfd>& fds) override;
 
   std::optional<std::string> peer_failure(int peer) override;
+  int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
 
   // UCX owns its endpoints' resources; what we report is how many we opened (on first use).
   Footprint footprint() const override;

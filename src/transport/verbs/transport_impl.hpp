@@ -239,6 +239,7 @@ class VerbsTransport final : public Transport {
   Footprint footprint() const override;
 
   std::optional<std::string> peer_failure(int peer) override;
+  int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
 
  private:
   // A work request built and waiting for its batch's doorbell (flush).
