@@ -145,6 +145,10 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
                             "-w", "2", "-c", "1"] + op
     out = [System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)")]
+    if collective == "all_gather" and only != "torch":
+        # The output from rdmacoll::empty: one-copy stores into every member's output.
+        out.append(System("rdmacoll-symmetric", "shm", lambda w, s, it: rdm(w, s, it) + ["-S"],
+                          label="rdmacoll (output in symmetric memory)"))
     if only != "torch":
         out.append(System("rdmacoll-tcp", "tcp", rdm, {"UCX_TLS": "tcp"},
                           label="rdmacoll (UCX_TLS=tcp)"))
