@@ -37,6 +37,12 @@ std::string rejected_arguments(const Call& call, int r, const CallDescriptor& d)
 namespace {
 
 // Why the arguments of ranks a and b (group ranks) of one collective disagree, or nullopt.
+std::string describe_window(const CallDescriptor& d) {
+  if (d.window == 0) return "not in symmetric memory";
+  return "at byte " + std::to_string(d.window_offset) + " of symmetric tensor #" +
+         std::to_string(d.window);
+}
+
 std::optional<std::string> arguments_differ(const Call& call, int a, const CallDescriptor& da,
                                             int b, const CallDescriptor& db) {
   const std::string ra = std::to_string(call.global(a));
@@ -57,6 +63,13 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
     return std::string("ranks disagree on the ") + collective_name(da.op) + "'s root: rank " + ra +
            " names group rank " + std::to_string(da.root) + ", rank " + rb + " group rank " +
            std::to_string(db.root);
+  }
+  // A collective stores into the members' symmetric memory only when all name the same place.
+  if (db.window != da.window || db.window_offset != da.window_offset) {
+    return "ranks disagree on symmetric memory: rank " + ra + "'s tensor is " +
+           describe_window(da) + ", rank " + rb + "'s " + describe_window(db) +
+           "; every member passes the same part of a tensor from rdmacoll::empty on this group, "
+           "or none does";
   }
   if (db.reduce_op != da.reduce_op) {
     return "ranks disagree on the reduce op: rank " + ra + " " +

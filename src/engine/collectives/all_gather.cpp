@@ -34,12 +34,6 @@ void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
 
 namespace {
 
-std::string describe_window(const CallDescriptor& d) {
-  if (d.window == 0) return "not in symmetric memory";
-  return "at byte " + std::to_string(d.window_offset) + " of symmetric tensor #" +
-         std::to_string(d.window);
-}
-
 void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
             std::shared_ptr<transport::MemoryRegion>& region, bool& stored) {
   const int p = g.size();
@@ -137,20 +131,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     return;
   }
 
-  bool windows = false;
-  for (int r = 0; r < p; ++r)
-    windows = windows || all[r].window != 0;
-  if (windows) {
-    // Every member saw the same descriptors: all store, or all raise this.
-    for (int r = 0; r < p; ++r) {
-      if (all[r].window != all[0].window || all[r].window_offset != all[0].window_offset) {
-        reject(call, "ranks disagree on symmetric memory: rank " + std::to_string(call.global(0)) +
-                         "'s output is " + describe_window(all[0]) + ", rank " +
-                         std::to_string(call.global(r)) + "'s " + describe_window(all[r]) +
-                         "; every member passes the same part of a tensor from rdmacoll::empty "
-                         "on this group, or none does");
-      }
-    }
+  // check_descriptors saw every member name the same window and offset, or none.
+  if (window) {
     for (int i = 0; i < p; ++i) {
       const int r = (g.rank + i) % p;  // members start at different peers
       if (r == g.rank && own_copied) continue;
