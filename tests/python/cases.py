@@ -946,7 +946,8 @@ def case_gpipe():
 
 def case_symmetric():
     """all_gather_into_tensor into rdmacoll_torch.empty's symmetric memory, out of place and in
-    place, flat and stacked, equal to gloo's; on a subgroup too."""
+    place, flat and stacked, equal to gloo's; all_reduce on it, equal to gloo's (up to the
+    order of the sums); on a subgroup too."""
     rank, p = init()
     gloo = dist.new_group(backend="gloo")
     n = 100000  # 400 KB of float32: past the inline limit
@@ -966,6 +967,13 @@ def case_symmetric():
     dist.all_gather_into_tensor(flat, own)
     for r in range(p):
         expect_equal(flat[r * n:(r + 1) * n], torch.full((n,), float(r)), "in place")
+    t = rdmacoll_torch.empty(n + 1, dtype=torch.float64)
+    t.copy_(torch.randn(n + 1, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(rank)))
+    want = t.clone()
+    dist.all_reduce(t)
+    dist.all_reduce(want, group=gloo)
+    assert torch.allclose(t, want, rtol=1e-12, atol=1e-12), "symmetric all_reduce vs gloo"
     sub = dist.new_group(list(range(1, p)))
     if rank >= 1:
         out = rdmacoll_torch.empty((p - 1) * n, group=sub)
