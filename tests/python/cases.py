@@ -946,8 +946,8 @@ def case_gpipe():
 
 def case_symmetric():
     """all_gather_into_tensor into rdmacoll_torch.empty's symmetric memory, out of place and in
-    place, flat and stacked, equal to gloo's; all_reduce on it, equal to gloo's (up to the
-    order of the sums); on a subgroup too."""
+    place, flat and stacked, equal to gloo's; all_reduce on it and reduce_scatter_tensor from it,
+    equal to gloo's (up to the order of the sums); on a subgroup too."""
     rank, p = init()
     gloo = dist.new_group(backend="gloo")
     n = 100000  # 400 KB of float32: past the inline limit
@@ -974,6 +974,15 @@ def case_symmetric():
     dist.all_reduce(t)
     dist.all_reduce(want, group=gloo)
     assert torch.allclose(t, want, rtol=1e-12, atol=1e-12), "symmetric all_reduce vs gloo"
+    src = rdmacoll_torch.empty(p * n, dtype=torch.float64)
+    src.copy_(torch.randn(p * n, dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(rank + 7)))
+    whole = src.clone()
+    dist.all_reduce(whole, group=gloo)  # 1.13's gloo has no reduce_scatter
+    piece = torch.empty(n, dtype=torch.float64)
+    dist.reduce_scatter_tensor(piece, src)
+    assert torch.allclose(piece, whole[rank * n:(rank + 1) * n], rtol=1e-12, atol=1e-12), \
+        "symmetric reduce_scatter vs gloo"
     sub = dist.new_group(list(range(1, p)))
     if rank >= 1:
         out = rdmacoll_torch.empty((p - 1) * n, group=sub)

@@ -9,11 +9,15 @@
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
+#include "engine/symmetric.hpp"
 #include "schedule/reduce_scatter.hpp"
 
 namespace rdmacoll::engine {
 
 namespace {
+
+// Reduce-scatter rounds move pieces of at most this many bytes.
+constexpr size_t kRoundBytes = 4u << 20;
 
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
@@ -194,6 +198,48 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
   });
 }
 
+// reduce_scatter_tensor whose input is in symmetric memory on every member
+// (engine/symmetric.hpp): member r folds piece r straight out of every member's input, in rank
+// order (the ordinary path's fold rule, so the bits match it), into its output. Nothing crosses
+// the transport and nothing is stored into a peer: the descriptor exchange before (every member
+// has entered, so its input is written) and a barrier after (no member returns, and may change
+// its input, before every member has read its piece) are all the synchronisation needed. False
+// when the input is in no window of the group.
+bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint8_t* in,
+                              DType dtype, int64_t n, ReduceOp op, const std::string& local_error) {
+  const size_t es = element_size(dtype);
+  const int p = g.size();
+  const size_t piece = static_cast<size_t>(n) * es;
+  size_t offset = 0;
+  const std::shared_ptr<Window> w =
+      local_error.empty() ? find_window(&g, g.digest, in, piece * p, offset) : nullptr;
+  if (!w) return false;
+  transport::Transport& t = e.transport();
+  Call call(t, g, collective_name(CollectiveOp::ReduceScatter), e.spin());
+  bool folded = false;
+  call.run([&] {
+    // The ordinary path's first round's descriptor plus the window, so a member whose input is
+    // not in the window makes every member raise that, whatever the sizes.
+    const int64_t m = std::min(n, static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es)));
+    CallDescriptor mine = make_round_descriptor(g, call,
+                                                {CollectiveOp::ReduceScatter, in, piece, out, dtype,
+                                                 m, op, static_cast<uint64_t>(n), local_error});
+    mine.window = w->id;
+    mine.window_offset = offset;
+    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+    check_descriptors(call, all);
+    const size_t at = offset + static_cast<size_t>(g.rank) * piece;
+    auto& chunks = g.scratch.reduce_chunks;
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r)
+      chunks[r] = w->base[r] + at;
+    reduce_chunks(out, chunks.data(), dtype, op, p, static_cast<size_t>(n));
+    folded = true;
+  });
+  if (folded) e.barrier(g);
+  return true;
+}
+
 }  // namespace
 
 // Across hosts the reduce-scatter follows the host-major ring (p - 1 pieces off each host
@@ -213,7 +259,6 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a)
 // 4 MiB pieces: each rank receives (p-1)/p of its output's worth from every peer, no more.
 void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtype, int64_t n,
                             ReduceOp op, const std::string& local_error) {
-  constexpr size_t kSegmentBytes = 4u << 20;
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;
   const auto* src = static_cast<const uint8_t*>(in);
@@ -221,7 +266,8 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   const uint64_t total = static_cast<uint64_t>(n);
   if (p > 1 &&
       static_cast<size_t>(n) * p * es > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
-    const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
+    if (symmetric_reduce_scatter(*this, g, dst, src, dtype, n, op, local_error)) return;
+    const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es));
     for (int64_t done = 0; done < n;) {
       const int64_t m = std::min(per_piece, n - done);
       reduce_scatter_round(*this, g,
