@@ -86,6 +86,10 @@ void destroy_process_group();
 // other calls on the group. Where the members cannot map each other's memory (several hosts,
 // no ptrace permission), the tensor is ordinary memory and collectives take their usual path.
 Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
+// As empty(), but its bytes are unspecified, as torch.empty's: a tensor the members dropped is
+// reused without being cleared (allocators such as FSDP2's, which overwrite it anyway). Each
+// group keeps a few dropped tensors' memory mapped for reuse until the group is destroyed.
+Tensor empty_uninitialized(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
 
 // Name of the transport in use ("ucx", "verbs").
 std::string transport_name();

@@ -1,10 +1,14 @@
 // rdmacoll::empty: symmetric memory (engine/symmetric.hpp). The members allocate together: each
 // creates a memfd, the members all-gather (pid, fd, bytes), each maps every other's, and a
 // second all-gather says whether every member mapped every part. Only then is the window
-// published, on every member alike; otherwise every member's tensor is plain memory.
+// published, on every member alike; otherwise every member's tensor is plain memory. A
+// published window comes back to the group's pool when its tensor goes, and a later empty()
+// takes it again when every member offers it (one round instead of two, nothing mapped).
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,10 +37,67 @@ std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g,
   return all;
 }
 
-Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes, DType dtype) {
+// What a tensor from empty() owns: its window, which goes back to the group's pool (not
+// unmapped) when the last copy of the tensor goes.
+struct Lease {
+  Lease(std::shared_ptr<engine::Window> w, std::weak_ptr<engine::WindowPool> p)
+      : window(std::move(w)), pool(std::move(p)) {}
+  Lease(const Lease&) = delete;  // one lease per window: a copy would give it back twice
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() {
+    if (auto p = pool.lock()) p->give_back(std::move(window));
+  }
+  std::shared_ptr<engine::Window> window;
+  std::weak_ptr<engine::WindowPool> pool;
+};
+
+Tensor lease(GroupState& g, std::shared_ptr<engine::Window> w, DType dtype,
+             std::vector<int64_t> sizes) {
+  void* data = w->own->data();
+  auto owner = std::make_shared<Lease>(std::move(w), g.windows);
+  return Tensor::owning(std::move(owner), data, dtype, std::move(sizes));
+}
+
+// A window every member dropped and offers again, or nullptr: one round of the members'
+// offers, the first of member 0's that every member made. The offered windows are held out of
+// the pool meanwhile, so none of them can be unmapped between the offer and the choice.
+std::shared_ptr<engine::Window> reuse(engine::Engine& e, GroupState& g, size_t bytes) {
+  constexpr size_t kOffers = 6;
+  std::vector<std::shared_ptr<engine::Window>> held = g.windows->hold(bytes, kOffers);
+  std::vector<int64_t> mine(kOffers, 0);  // ids start at 1
+  for (size_t i = 0; i < held.size(); ++i)
+    mine[i] = static_cast<int64_t>(held[i]->id);
+  const std::vector<int64_t> all = gather_words(e, g, mine);
+  std::shared_ptr<engine::Window> chosen;
+  for (size_t i = 0; i < kOffers && all[i] != 0 && !chosen; ++i) {
+    bool everyone = true;
+    for (int r = 1; r < g.size() && everyone; ++r) {
+      const auto* theirs = &all[static_cast<size_t>(r) * kOffers];
+      everyone = std::find(theirs, theirs + kOffers, all[i]) != theirs + kOffers;
+    }
+    if (!everyone) continue;
+    for (auto& w : held) {
+      if (w && w->id == static_cast<uint64_t>(all[i])) chosen = std::move(w);
+    }
+  }
+  for (auto it = held.rbegin(); it != held.rend(); ++it) {  // oldest first, as they were
+    if (*it) g.windows->give_back(std::move(*it));
+  }
+  return chosen;
+}
+
+Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes, DType dtype,
+                   bool zeroed) {
   Tensor plain = zeros(sizes, dtype);  // the shape's checks, and what a failure returns
   const int p = g.size();
   const auto bytes = static_cast<int64_t>(plain.nbytes());
+  // Every member knows the group's hosts alike, so all of them skip the offers or none.
+  if (g.hosts == 1 && bytes > 0) {
+    if (std::shared_ptr<engine::Window> w = reuse(e, g, static_cast<size_t>(bytes))) {
+      if (zeroed) std::memset(w->own->data(), 0, static_cast<size_t>(bytes));
+      return lease(g, std::move(w), dtype, std::move(sizes));
+    }
+  }
   auto w = std::make_shared<engine::Window>();
   w->id = ++g.windows_made;
   w->group = &g;
@@ -77,23 +138,35 @@ Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes,
   if (!w->own) return plain;
   if (everyone) {
     engine::publish(w);
-  } else {
-    w->peers.clear();
+    return lease(g, std::move(w), dtype, std::move(sizes));  // a fresh memfd reads as zeros
   }
+  w->peers.clear();
   void* data = w->own->data();
   return Tensor::owning(std::move(w), data, dtype, std::move(sizes));
 }
 
 }  // namespace
 
-Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group) {
-  constexpr const char* what = "empty";
+namespace {
+
+Tensor allocate(std::vector<int64_t> sizes, DType dtype, const Group& group, bool zeroed,
+                const char* what) {
   GroupState& g = api::resolve(group, what);
   if (!g.is_member()) return zeros(std::move(sizes), dtype);
   engine::Engine& e = api::engine_of(g, what);
   Tensor result;
-  g.queue.run([&] { result = make_window(e, g, std::move(sizes), dtype); }, what);
+  g.queue.run([&] { result = make_window(e, g, std::move(sizes), dtype, zeroed); }, what);
   return result;
+}
+
+}  // namespace
+
+Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group) {
+  return allocate(std::move(sizes), dtype, group, true, "empty");
+}
+
+Tensor empty_uninitialized(std::vector<int64_t> sizes, DType dtype, const Group& group) {
+  return allocate(std::move(sizes), dtype, group, false, "empty_uninitialized");
 }
 
 }  // namespace rdmacoll

@@ -21,6 +21,7 @@ void GroupState::release() {
     p->abandon(*this, "its group was destroyed while it was in flight");
   }
   if (auto t = transport.lock()) scratch.slots.release(t);
+  windows->clear();
 }
 
 }  // namespace rdmacoll::detail

@@ -13,6 +13,7 @@
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
+#include "engine/symmetric.hpp"
 #include "engine/work_queue.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
@@ -80,7 +81,7 @@ class GroupState {
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   std::chrono::milliseconds timeout{0};
   uint64_t next_seq = 0;              // calls so far; the same on every member
-  uint64_t windows_made = 0;          // rdmacoll::empty() calls so far; the same on every member
+  uint64_t windows_made = 0;          // windows rdmacoll::empty() made; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it
   int global_rank = -1;               // this process's world rank
   uint64_t creation = 0;              // its new_group() call number (member groups: their id)
@@ -92,6 +93,8 @@ class GroupState {
   // Its world's point-to-point engine, once the group has sent or received (engine/p2p.hpp).
   std::weak_ptr<engine::PointToPoint> p2p;
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
+  // Windows this member dropped, for empty() to reuse; emptied when the group is released.
+  std::shared_ptr<engine::WindowPool> windows = std::make_shared<engine::WindowPool>();
   CallScratch scratch;
   engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes
 

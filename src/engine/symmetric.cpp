@@ -27,6 +27,34 @@ Window::~Window() {
   if (it != r.by_base.end() && it->second.expired()) r.by_base.erase(it);
 }
 
+void WindowPool::give_back(std::shared_ptr<Window> w) {
+  std::shared_ptr<Window> oldest;  // unmapped outside the lock
+  std::lock_guard lock(mu_);
+  spare_.push_back(std::move(w));
+  if (spare_.size() > kMaxSpare) {
+    oldest = std::move(spare_.front());
+    spare_.pop_front();
+  }
+}
+
+std::vector<std::shared_ptr<Window>> WindowPool::hold(size_t bytes, size_t n) {
+  std::vector<std::shared_ptr<Window>> held;
+  std::lock_guard lock(mu_);
+  for (size_t i = spare_.size(); i-- > 0 && held.size() < n;) {
+    const size_t size = spare_[i]->own->size();
+    if (size < bytes || size / 2 > bytes) continue;
+    held.push_back(std::move(spare_[i]));
+    spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return held;
+}
+
+void WindowPool::clear() {
+  std::deque<std::shared_ptr<Window>> spare;  // unmapped outside the lock
+  std::lock_guard lock(mu_);
+  spare.swap(spare_);
+}
+
 void publish(const std::shared_ptr<Window>& w) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);

@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "transport/shared_segment.hpp"
@@ -23,6 +25,27 @@ struct Window {
   std::vector<uint8_t*> base;  // every member's part as mapped here, by group rank
 
   ~Window();
+};
+
+// A group's published windows whose tensors this member has all dropped, still mapped, for the
+// next empty() on the group: making a window costs two more rounds, a memfd, a mapping per
+// member and first-touch faults on every page, several times the gather it serves
+// (docs/performance.md). A window is reused only when every member offers it, so a member
+// still using its part is never handed to another tensor. Dropped tensors come back on any
+// thread.
+class WindowPool {
+ public:
+  static constexpr size_t kMaxSpare = 8;  // the oldest beyond these are unmapped
+
+  void give_back(std::shared_ptr<Window> w);
+  // Up to `n` spare windows of at least `bytes` and at most twice that, newest first, taken out
+  // of the pool (what the caller does not keep it gives back).
+  std::vector<std::shared_ptr<Window>> hold(size_t bytes, size_t n);
+  void clear();
+
+ private:
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Window>> spare_;  // oldest first
 };
 
 // Makes `w` findable (every member mapped every part).

@@ -221,5 +221,39 @@ TEST(SymmetricMemory, ReduceScatterFoldsEachPieceStraightOutOfEveryMembersInput)
   }));
 }
 
+// A tensor every member dropped comes back to the group's pool: the next empty() of a size
+// that fits takes its memory again (one round, nothing mapped), cleared for empty() and as it
+// was for empty_uninitialized(). A tensor one member still holds is never handed out again, and
+// every gather into what comes back is right.
+TEST(SymmetricMemory, MemoryEveryMemberDroppedIsReusedAndMemoryOneHoldsIsNot) {
+  expect_all_ok(run_ranks(3, [](int rank, int p) {
+    const void* first = nullptr;
+    {
+      Tensor a = empty({p * kLarge}, DType::Float32);
+      first = a.data();
+      gather_into(a, {}, kLarge, DType::Float32, 0);
+    }
+    Tensor b = empty({p * kLarge}, DType::Float32);
+    RANK_CHECK(b.data() == first, "a dropped window was not reused");
+    for (int64_t i = 0; i < p * kLarge; ++i)
+      RANK_CHECK(b.item(i) == 0, "empty() reused a window without clearing element " << i);
+    gather_into(b, {}, kLarge, DType::Float32, 1);
+    const double kept = b.item(5);
+    b = Tensor();
+    Tensor c = empty_uninitialized({p * kLarge - 7}, DType::Float32);  // fits the same window
+    RANK_CHECK(c.data() == first, "empty_uninitialized did not reuse the window");
+    RANK_CHECK(c.item(5) == kept, "empty_uninitialized changed the reused bytes");
+    // Rank 1 keeps c: nobody may get its window back.
+    if (rank != 1) c = Tensor();
+    Tensor d = empty({p * kLarge}, DType::Float32);
+    RANK_CHECK(d.data() != first, "a window rank 1 still holds was handed out again");
+    gather_into(d, {}, kLarge, DType::Float32, 2);
+    c = Tensor();
+    Tensor e = empty({p * kLarge}, DType::Float32);
+    RANK_CHECK(e.data() == first, "the window every member dropped at last was not reused");
+    gather_into(e, {}, kLarge, DType::Float32, 3);
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll
