@@ -353,8 +353,8 @@ void leave_at_exit() {
   rdmacoll::abort_process_group();
 }
 
-at::Tensor RdmacollBackend::empty_symmetric(const std::vector<int64_t>& sizes,
-                                            at::ScalarType type) {
+at::Tensor RdmacollBackend::empty_symmetric(const std::vector<int64_t>& sizes, at::ScalarType type,
+                                            bool zeroed) {
   // Bytes of any dtype: the window is found by address, whatever the elements.
   int64_t numel = 1;
   for (int64_t s : sizes) {
@@ -362,11 +362,27 @@ at::Tensor RdmacollBackend::empty_symmetric(const std::vector<int64_t>& sizes,
     numel *= s;
   }
   const auto bytes = numel * static_cast<int64_t>(c10::elementSize(type));
-  rdmacoll::Tensor t = rdmacoll::empty({bytes}, rdmacoll::DType::UInt8, group_);
+  rdmacoll::Tensor t = zeroed
+                           ? rdmacoll::empty({bytes}, rdmacoll::DType::UInt8, group_)
+                           : rdmacoll::empty_uninitialized({bytes}, rdmacoll::DType::UInt8, group_);
   void* data = t.data();
   return at::from_blob(
       data, sizes, [t](void*) mutable { t = rdmacoll::Tensor(); },
       at::TensorOptions().dtype(type).device(at::kCPU));
 }
+
+#if RDMACOLL_TORCH2
+at::Tensor RdmacollBackend::allocateTensor(long size, at::TensorOptions options) {
+  if (options.has_device() && !options.device().is_cpu()) {
+    throw std::invalid_argument("rdmacoll allocates CPU tensors only, not " +
+                                options.device().str());
+  }
+  // Collective, like every call on the group; the GIL must not be held across it.
+  std::optional<py::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  return empty_symmetric({static_cast<int64_t>(size)}, c10::typeMetaToScalarType(options.dtype()),
+                         /*zeroed=*/false);
+}
+#endif
 
 }  // namespace rdmacoll_torch

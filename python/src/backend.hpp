@@ -89,6 +89,14 @@ class RdmacollBackend final : public compat::Base {
   bool supportsCoalescing() const override {
     return true;
   }
+  // The allocator hook of torch's FSDP2 (set_allocate_memory_from_process_group_for_comm): its
+  // all-gather outputs and reduce-scatter inputs come from the group's symmetric memory, where
+  // those calls take the one-copy path. No `override`: torch 2.x releases before the hook lack
+  // these virtuals, and there they are plain members.
+  bool supportsTensorAlloc(c10::DeviceIndex) {
+    return true;  // CPU: the only device this backend is registered for
+  }
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {});
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   // destroy_process_group: drains the group's work, then frees it (the world waits for every
@@ -104,9 +112,10 @@ class RdmacollBackend final : public compat::Base {
   // Frees the group (and, for the group that made the world, the world) once; without the GIL.
   void release(bool abort);
 
-  // rdmacoll_torch.empty: a zeroed tensor in the group's symmetric memory (rdmacoll::empty);
-  // collective over the group. Without the GIL.
-  at::Tensor empty_symmetric(const std::vector<int64_t>& sizes, at::ScalarType type);
+  // rdmacoll_torch.empty: a tensor in the group's symmetric memory (rdmacoll::empty, or with
+  // zeroed false rdmacoll::empty_uninitialized); collective over the group. Without the GIL.
+  at::Tensor empty_symmetric(const std::vector<int64_t>& sizes, at::ScalarType type,
+                             bool zeroed = true);
 
  private:
   // A call being issued.

@@ -115,7 +115,8 @@ def test_case(case, n):
 @torch2
 @pytest.mark.parametrize("case,n", [("fsdp2", 2), ("fsdp2", 4), ("fsdp1", 2), ("ddp", 2),
                                     ("ddp", 4), ("ddp_sparse", 2), ("dtensor", 2),
-                                    ("dtensor", 4), ("pipeline", 4)])
+                                    ("dtensor", 4), ("pipeline", 4), ("fsdp2_symmetric", 2),
+                                    ("fsdp2_symmetric", 3)])
 def test_workload_matches_gloo(case, n):
     rc, out = launch(n, os.path.join(HERE, "workloads.py"), case)
     assert rc == 0, out

@@ -43,14 +43,14 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def model():
+def model(dim=32):
     torch.manual_seed(0)
-    return nn.Sequential(Block(), Block(), nn.Linear(32, 8))
+    return nn.Sequential(Block(dim), Block(dim), nn.Linear(dim, 8))
 
 
-def batches(rank, steps=10):
+def batches(rank, steps=10, dim=32):
     g = torch.Generator().manual_seed(100 + rank)
-    return [(torch.randn(4, 6, 32, generator=g), torch.randn(4, 6, 8, generator=g))
+    return [(torch.randn(4, 6, dim, generator=g), torch.randn(4, 6, 8, generator=g))
             for _ in range(steps)]
 
 
@@ -81,6 +81,65 @@ def case_fsdp2():
     ours = train(dist.group.WORLD)
     theirs = [q for _, q in train(gloo)]
     same(ours, theirs, "FSDP2")
+
+
+def case_fsdp2_symmetric():
+    """FSDP2 with its all-gather outputs and reduce-scatter inputs allocated by the group
+    (set_allocate_memory_from_process_group_for_comm): rdmacoll hands out symmetric memory, where
+    those calls take the one-copy path. Training equals gloo's, and the hook was used."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    rank, p, gloo = init()
+    cpu = torch.device("cpu")
+    ours_pg = dist.group.WORLD._get_backend(cpu)
+    assert ours_pg.supports_tensor_alloc(cpu)
+    # allocate_tensor by hand: symmetric memory an all_gather_into_tensor fills as gloo's does.
+    n = 50000
+    out = ours_pg.allocate_tensor(p * n, dtype=torch.float32, device=cpu)
+    assert out.shape == (p * n,) and out.dtype == torch.float32
+    x = torch.randn(n, generator=torch.Generator().manual_seed(rank))
+    dist.all_gather_into_tensor(out, x)
+    want = torch.empty(p * n)
+    dist.all_gather_into_tensor(want, x, group=gloo)
+    assert torch.equal(out, want), "all_gather into allocate_tensor's memory"
+
+    allocated = []
+    backend_type = type(ours_pg)
+    plain = backend_type.allocate_tensor
+
+    def counting(self, size, *, dtype, device):
+        allocated.append(size)
+        return plain(self, size, dtype=dtype, device=device)
+
+    dim = 128  # 0.8 MB of parameters per block: past the inline limit, where windows count
+
+    def train(group, hook):
+        mesh = DeviceMesh.from_group(group, "cpu")
+        m = model(dim)
+        for block in m[:2]:
+            fully_shard(block, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        if hook:
+            for module in (*m[:2], m):
+                module.set_allocate_memory_from_process_group_for_comm(True)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+        for x, y in batches(rank, dim=dim):
+            F.mse_loss(m(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        return [(n, q.full_tensor() if isinstance(q, DTensor) else q) for n, q in
+                m.named_parameters()]
+
+    backend_type.allocate_tensor = counting
+    try:
+        ours = train(dist.group.WORLD, True)
+    finally:
+        backend_type.allocate_tensor = plain
+    assert len(allocated) > 0, "FSDP2 never asked rdmacoll for its buffers"
+    theirs = [q for _, q in train(gloo, False)]
+    same(ours, theirs, "FSDP2 on symmetric memory")
 
 
 def case_fsdp1():
