@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/shape.hpp"
 #include "api/world.hpp"
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
@@ -88,9 +89,10 @@ std::shared_ptr<engine::Window> reuse(engine::Engine& e, GroupState& g, size_t b
 
 Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes, DType dtype,
                    bool zeroed) {
-  Tensor plain = zeros(sizes, dtype);  // the shape's checks, and what a failure returns
+  // No memory before it is needed: a plain tensor of the size (zeros) costs as much as the
+  // reused window saves.
+  const int64_t bytes = api::checked_bytes(sizes, dtype, zeroed ? "empty" : "empty_uninitialized");
   const int p = g.size();
-  const auto bytes = static_cast<int64_t>(plain.nbytes());
   // Every member knows the group's hosts alike, so all of them skip the offers or none.
   if (g.hosts == 1 && bytes > 0) {
     if (std::shared_ptr<engine::Window> w = reuse(e, g, static_cast<size_t>(bytes))) {
@@ -135,7 +137,7 @@ Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes,
   bool everyone = true;
   for (int64_t v : verdicts)
     everyone = everyone && v == 1;
-  if (!w->own) return plain;
+  if (!w->own) return zeros(std::move(sizes), dtype);
   if (everyone) {
     engine::publish(w);
     return lease(g, std::move(w), dtype, std::move(sizes));  // a fresh memfd reads as zeros

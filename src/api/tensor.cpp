@@ -9,16 +9,17 @@
 #include <ostream>
 #include <sstream>
 
+#include "api/shape.hpp"
 #include "common/elements.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll {
 
-namespace {
+namespace api {
 
 // Sizes must be non-negative and their product, in bytes, must fit: a shape whose element
 // count wraps (to 0, say) would describe memory it does not have.
-void check_shape(const std::vector<int64_t>& sizes, DType dtype, const char* where) {
+int64_t checked_bytes(const std::vector<int64_t>& sizes, DType dtype, const char* where) {
   int64_t n = 1;
   for (int64_t s : sizes) {
     if (s < 0) throw InvalidArgument(std::string(where) + ": negative size " + std::to_string(s));
@@ -33,6 +34,15 @@ void check_shape(const std::vector<int64_t>& sizes, DType dtype, const char* whe
     throw InvalidArgument(std::string(where) + ": the shape [" + shape +
                           "] has more bytes than fit in 63 bits");
   }
+  return bytes;
+}
+
+}  // namespace api
+
+namespace {
+
+void check_shape(const std::vector<int64_t>& sizes, DType dtype, const char* where) {
+  (void)api::checked_bytes(sizes, dtype, where);
 }
 
 }  // namespace
