@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""Side-by-side comparison of one collective: rdmacoll against Open MPI, MPICH, torch/gloo and the
-memcpy limit, measured in one run on one machine.
+"""Side-by-side comparison of one collective: rdmacoll against Open MPI, MPICH, oneCCL (with
+--oneccl), torch/gloo and the memcpy limit, measured in one run on one machine.
 
 Systems are interleaved size by size (every system measures size S before any measures the
 next size), and the whole sweep repeats in blocks, so they share the machine's noise; the
 report gives the best and the median over blocks, and the load average before each run.
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
+      [--oneccl PREFIX]
       [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
       [--collective all_gather|all_reduce|reduce_scatter|broadcast|sendrecv|reduce|alltoall|
                     gather|scatter]
@@ -68,11 +69,19 @@ class System:
         self.label = label or name
 
 
-def build_helpers(outdir):
-    """Compiles the MPI program against each MPI and the memcpy probe."""
+def build_helpers(outdir, oneccl=None):
+    """Compiles the MPI program against each MPI, the oneCCL program against the oneCCL under
+    the prefix `oneccl` (scripts/oneccl-prefix.sh makes one from PyPI), and the memcpy probe."""
     bindir = os.path.join(outdir, "bin")
     os.makedirs(bindir, exist_ok=True)
     built = {}
+    if oneccl:
+        exe = os.path.join(bindir, "ccl_allgather")
+        lib = os.path.join(oneccl, "lib")
+        subprocess.run(["c++", "-O2", "-std=c++17", "-I", os.path.join(oneccl, "include"), "-o",
+                        exe, os.path.join(HERE, "ccl_allgather.cpp"), "-L", lib, "-lccl",
+                        f"-Wl,-rpath,{lib}"], check=True)
+        built["oneccl"] = (exe, lib)
     for mpi, cc in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
         if shutil.which(cc):
             exe = os.path.join(bindir, f"mpi_allgather_{mpi}")
@@ -120,6 +129,10 @@ EXTRA_MPI = {"alltoall": ("alltoallv", "MPI_Alltoallv")}
 TORCH_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"],
                "broadcast": ["broadcast"], "sendrecv": ["sendrecv"], "reduce": ["reduce"],
                "alltoall": ["alltoall"], "gather": ["gather"], "scatter": ["scatter"]}
+
+
+# The collectives ccl_allgather.cpp times, and its mode for each.
+ONECCL_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"]}
 
 
 def torch_version(python):
@@ -175,6 +188,16 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
                               lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s),
                                                                 str(it), "2", xmode],
                               label=f"Open MPI 4.1.4 (default, {xlabel})"))
+    if "oneccl" in helpers and collective in ONECCL_MODES and only != "torch":
+        exe, lib = helpers["oneccl"]
+        # Its worker threads spin by default: with 2 ranks on 2 cores that took 7-10 ms per
+        # call, so they yield, as ours do; shared memory on one host (its ATL_SHM).
+        cenv = {"LD_LIBRARY_PATH": lib, "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
+                "CCL_YIELD": "sched_yield", "CCL_PROCESS_LAUNCHER": "none"}
+        out.append(System("oneccl", "shm",
+                          lambda w, s, it, exe=exe: [run, "-n", str(w), exe, str(s), str(it),
+                                                     "2"] + ONECCL_MODES[collective],
+                          cenv, label="oneCCL 2022.2 (ofi, ATL shm)"))
     if "mpich" in helpers and only != "torch":
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
@@ -267,6 +290,9 @@ def main():
                          "default; .venv/bin/python for pip's 2.x)")
     ap.add_argument("--only", choices=("torch",), default=None,
                     help="torch: rdmacoll's C++ binary, the torch rows and memcpy only")
+    ap.add_argument("--oneccl", default=os.environ.get("RDMACOLL_ONECCL"),
+                    help="a prefix with oneCCL's include/ and lib/ (scripts/oneccl-prefix.sh): "
+                         "adds its row for all_gather, all_reduce and reduce_scatter")
     ap.add_argument("--collective", choices=tuple(COLLECTIVES), default="all_gather",
                     help="all_gather (default; files compare.*, busbw.png), or all_reduce, "
                          "reduce_scatter, reduce (float32 SUM), broadcast, sendrecv, alltoall, "
@@ -280,7 +306,7 @@ def main():
         args.extra = ""
     out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
-    helpers = build_helpers(out)
+    helpers = build_helpers(out, args.oneccl)
     contenders = systems(os.path.abspath(args.build), helpers, args.collective,
                          args.torch_python, args.only)
     worlds = [int(w) for w in args.worlds.split(",")]
