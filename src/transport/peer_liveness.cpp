@@ -91,8 +91,11 @@ bool PeerLiveness::gone_or_exiting(int rank) {
   if (!name_end || std::sscanf(name_end + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) {
     return true;
   }
-  constexpr unsigned long kPfExiting = 0x4;
-  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+  // PF_SIGNALED is set as a fatal signal is taken, before a core dump (which can last long,
+  // and during which the segment could not be attached: chaos.smoke's exit:abort caught it)
+  // and before PF_EXITING; PF_DUMPCORE while the dump is written.
+  constexpr unsigned long kPfExiting = 0x4, kPfDumpcore = 0x200, kPfSignaled = 0x400;
+  return state == 'Z' || state == 'X' || (flags & (kPfExiting | kPfDumpcore | kPfSignaled)) != 0;
 }
 
 std::vector<int> PeerLiveness::fds() const {

@@ -46,11 +46,12 @@ class PeerLiveness {
   std::optional<std::string> watch(int rank);
   // Why `rank` is known dead, if it is (non-blocking check of its pidfd).
   std::optional<std::string> failure(int rank);
-  // Whether same-host `rank` is gone or has begun to exit (PF_EXITING in /proc/PID/stat: set
-  // before the process's memory goes, and with it a SysV segment marked for removal, while its
-  // pidfd only turns readable later). Before a transport maps a peer's shared memory: UCX 1.13
-  // crashes unpacking the key of a segment that no longer exists (chaos.smoke caught a rank
-  // killed during a group's first call, as its peers mapped its eager slots).
+  // Whether same-host `rank` is gone or has begun to die (PF_SIGNALED, PF_DUMPCORE or
+  // PF_EXITING in /proc/PID/stat: set before the process's memory goes, and with it a SysV
+  // segment marked for removal, while its pidfd only turns readable later). Before a transport maps
+  // a peer's shared memory: UCX 1.13 crashes unpacking the key of a segment that no longer exists
+  // (chaos.smoke caught a rank killed during a group's first call, as its peers mapped its eager
+  // slots).
   bool gone_or_exiting(int rank);
   // pidfds of watched, live peers, to poll() alongside the transport's own fd.
   std::vector<int> fds() const;
