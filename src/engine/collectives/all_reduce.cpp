@@ -35,49 +35,30 @@ namespace {
 // all_reduce of a tensor in symmetric memory on every member (engine/symmetric.hpp): member r
 // folds segment r straight out of every member's tensor, in rank order, into its own, then
 // stores the result into every member's segment r. Only member r reads or writes segment r, so
-// nothing is needed between the reads and the stores: the descriptor exchange before (every
-// member has entered, so its tensor holds its input) and a barrier after (no member returns
-// before every segment is stored). False when the tensor is in no window of the group.
+// nothing is needed between the reads and the stores; run_on_window orders the rest. False when
+// the tensor is in no window of the group.
 bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, int64_t numel,
                           ReduceOp op, const std::string& local_error) {
   const size_t es = element_size(dtype);
-  size_t offset = 0;
-  const std::shared_ptr<Window> w =
-      local_error.empty() ? find_window(&g, g.digest, data, static_cast<size_t>(numel) * es, offset)
-                          : nullptr;
-  if (!w) return false;
-  transport::Transport& t = e.transport();
   const int p = g.size();
-  Call call(t, g, "all_reduce", e.spin());
-  bool stored = false;
-  call.run([&] {
-    AllGatherArgs a = round_args(data, data, dtype, 1, numel, op, numel, local_error);
-    CallDescriptor mine = make_descriptor(g, call, a);
-    mine.window = w->id;
-    mine.window_offset = offset;
-    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
-    check_descriptors(call, all);
-    const int64_t base = numel / p, extra = numel % p;
-    const int64_t first = g.rank * base + std::min<int64_t>(g.rank, extra);
-    const int64_t n = base + (g.rank < extra ? 1 : 0);
-    if (n == 0) {
-      stored = true;
-      return;
-    }
-    const size_t at = offset + static_cast<size_t>(first) * es;
-    auto& chunks = g.scratch.reduce_chunks;
-    chunks.resize(p);
-    for (int r = 0; r < p; ++r)
-      chunks[r] = w->base[r] + at;
-    reduce_chunks(w->base[g.rank] + at, chunks.data(), dtype, op, p, static_cast<size_t>(n));
-    for (int i = 1; i < p; ++i) {
-      const int r = (g.rank + i) % p;
-      std::memcpy(w->base[r] + at, w->base[g.rank] + at, static_cast<size_t>(n) * es);
-    }
-    stored = true;
-  });
-  if (stored) e.barrier(g);
-  return true;
+  return run_on_window(
+      e, g, "all_reduce", data, static_cast<size_t>(numel) * es, local_error,
+      [&](Call& call) {
+        return make_descriptor(g, call,
+                               round_args(data, data, dtype, 1, numel, op, numel, local_error));
+      },
+      [&](const Window& w, size_t offset) {
+        const int64_t base = numel / p, extra = numel % p;
+        const int64_t first = g.rank * base + std::min<int64_t>(g.rank, extra);
+        const size_t n = static_cast<size_t>(base + (g.rank < extra ? 1 : 0));
+        if (n == 0) return;
+        const size_t at = offset + static_cast<size_t>(first) * es;
+        fold_members(g, w, at, w.base[g.rank] + at, dtype, op, n);
+        for (int i = 1; i < p; ++i) {
+          const int r = (g.rank + i) % p;
+          std::memcpy(w.base[r] + at, w.base[g.rank] + at, n * es);
+        }
+      });
 }
 
 }  // namespace

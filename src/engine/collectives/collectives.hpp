@@ -13,13 +13,16 @@
 //   all_to_all.cpp      per pair: inline, a write into the receiver's output, or a message;
 //                       all_to_all_sizes.cpp agrees the splits, all_to_all_bruck.cpp runs
 //                       Bruck's rounds for small equal pieces
+// symmetric_fold.cpp runs the calls that fold straight out of symmetric memory.
 // selection.cpp picks the all-gather's algorithm and makes its schedules.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/call_args.hpp"
+#include "engine/call_descriptor.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "schedule/schedule.hpp"
@@ -64,5 +67,24 @@ struct GatherRound {
   const std::string& local_error;
 };
 void gather_round(Engine& e, GroupState& g, const GatherRound& round);
+
+class Call;
+struct Window;
+
+// symmetric_fold.cpp: one call on a tensor of `bytes` in symmetric memory (engine/symmetric.hpp)
+// on every member. Every member's descriptor, `describe`'s plus the window and the tensor's
+// offset in it, is exchanged and checked (a member whose tensor is elsewhere makes every member
+// raise); then `body` runs with the window, then a barrier, so no member returns, and may change
+// its part, before every member is done reading and storing. The exchange is all the ordering
+// `body` needs before it: every member has entered, so its part holds its input. False, having
+// done nothing, when the tensor is in no window of the group.
+bool run_on_window(Engine& e, GroupState& g, const char* name, const void* tensor, size_t bytes,
+                   const std::string& local_error,
+                   const std::function<CallDescriptor(Call&)>& describe,
+                   const std::function<void(const Window&, size_t offset)>& body);
+// Folds the n elements at `at` in every member's part, in rank order (the ordinary paths' rule,
+// so the bits match them), into dst.
+void fold_members(GroupState& g, const Window& w, size_t at, uint8_t* dst, DType dtype, ReduceOp op,
+                  size_t n);
 
 }  // namespace rdmacoll::engine

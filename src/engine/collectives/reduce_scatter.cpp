@@ -201,43 +201,26 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
 // reduce_scatter_tensor whose input is in symmetric memory on every member
 // (engine/symmetric.hpp): member r folds piece r straight out of every member's input, in rank
 // order (the ordinary path's fold rule, so the bits match it), into its output. Nothing crosses
-// the transport and nothing is stored into a peer: the descriptor exchange before (every member
-// has entered, so its input is written) and a barrier after (no member returns, and may change
-// its input, before every member has read its piece) are all the synchronisation needed. False
-// when the input is in no window of the group.
+// the transport and nothing is stored into a peer; run_on_window orders the reads. False when
+// the input is in no window of the group.
 bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint8_t* in,
                               DType dtype, int64_t n, ReduceOp op, const std::string& local_error) {
   const size_t es = element_size(dtype);
-  const int p = g.size();
   const size_t piece = static_cast<size_t>(n) * es;
-  size_t offset = 0;
-  const std::shared_ptr<Window> w =
-      local_error.empty() ? find_window(&g, g.digest, in, piece * p, offset) : nullptr;
-  if (!w) return false;
-  transport::Transport& t = e.transport();
-  Call call(t, g, collective_name(CollectiveOp::ReduceScatter), e.spin());
-  bool folded = false;
-  call.run([&] {
-    // The ordinary path's first round's descriptor plus the window, so a member whose input is
-    // not in the window makes every member raise that, whatever the sizes.
-    const int64_t m = std::min(n, static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es)));
-    CallDescriptor mine = make_round_descriptor(g, call,
-                                                {CollectiveOp::ReduceScatter, in, piece, out, dtype,
-                                                 m, op, static_cast<uint64_t>(n), local_error});
-    mine.window = w->id;
-    mine.window_offset = offset;
-    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
-    check_descriptors(call, all);
-    const size_t at = offset + static_cast<size_t>(g.rank) * piece;
-    auto& chunks = g.scratch.reduce_chunks;
-    chunks.resize(p);
-    for (int r = 0; r < p; ++r)
-      chunks[r] = w->base[r] + at;
-    reduce_chunks(out, chunks.data(), dtype, op, p, static_cast<size_t>(n));
-    folded = true;
-  });
-  if (folded) e.barrier(g);
-  return true;
+  return run_on_window(
+      e, g, collective_name(CollectiveOp::ReduceScatter), in, piece * g.size(), local_error,
+      [&](Call& call) {
+        // The ordinary path's first round's descriptor plus the window, so a member whose input
+        // is not in the window makes every member raise that, whatever the sizes.
+        const int64_t m = std::min(n, static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es)));
+        return make_round_descriptor(g, call,
+                                     {CollectiveOp::ReduceScatter, in, piece, out, dtype, m, op,
+                                      static_cast<uint64_t>(n), local_error});
+      },
+      [&](const Window& w, size_t offset) {
+        fold_members(g, w, offset + static_cast<size_t>(g.rank) * piece, out, dtype, op,
+                     static_cast<size_t>(n));
+      });
 }
 
 }  // namespace
