@@ -21,6 +21,18 @@ using rdmacoll::Collective;
 RdmacollBackend* world_owner = nullptr;  // the backend that made rdmacoll's world, if alive
 std::mutex world_mutex;
 
+// Lets go of the GIL for a scope if this thread holds it: a collective or a teardown must not
+// hold it, since the group's worker may need it (to free tensors, run a future's callback).
+class WithoutGil {
+ public:
+  WithoutGil() {
+    if (Py_IsInitialized() && PyGILState_Check()) released_.emplace();
+  }
+
+ private:
+  std::optional<py::gil_scoped_release> released_;
+};
+
 }  // namespace
 
 RdmacollBackend::RdmacollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -71,8 +83,7 @@ void RdmacollBackend::release(bool abort) {
   released_ = true;
   // Python may free the group holding the GIL, and freeing waits for the group's worker, which
   // may need the GIL to free the tensors of its last work or run a future's Python callback.
-  std::optional<py::gil_scoped_release> no_gil;
-  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  WithoutGil no_gil;
   std::lock_guard lock(world_mutex);
   try {
     if (world_owner == this) {
@@ -346,8 +357,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::endCoalescing() {
 #endif
 
 void leave_at_exit() {
-  std::optional<py::gil_scoped_release> no_gil;
-  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  WithoutGil no_gil;
   std::lock_guard lock(world_mutex);
   world_owner = nullptr;
   rdmacoll::abort_process_group();
@@ -355,16 +365,13 @@ void leave_at_exit() {
 
 at::Tensor RdmacollBackend::empty_symmetric(const std::vector<int64_t>& sizes, at::ScalarType type,
                                             bool zeroed) {
-  // Bytes of any dtype: the window is found by address, whatever the elements.
-  int64_t numel = 1;
-  for (int64_t s : sizes) {
-    if (s < 0) throw std::invalid_argument("rdmacoll_torch.empty: negative size");
-    numel *= s;
-  }
-  const auto bytes = numel * static_cast<int64_t>(c10::elementSize(type));
+  // Bytes of any dtype (the window is found by address, whatever the elements): the shape with
+  // one more dimension of the element's size, so the core checks every size and the total.
+  std::vector<int64_t> bytes(sizes);
+  bytes.push_back(static_cast<int64_t>(c10::elementSize(type)));
   rdmacoll::Tensor t = zeroed
-                           ? rdmacoll::empty({bytes}, rdmacoll::DType::UInt8, group_)
-                           : rdmacoll::empty_uninitialized({bytes}, rdmacoll::DType::UInt8, group_);
+                           ? rdmacoll::empty(bytes, rdmacoll::DType::UInt8, group_)
+                           : rdmacoll::empty_uninitialized(bytes, rdmacoll::DType::UInt8, group_);
   void* data = t.data();
   return at::from_blob(
       data, sizes, [t](void*) mutable { t = rdmacoll::Tensor(); },
@@ -378,8 +385,7 @@ at::Tensor RdmacollBackend::allocateTensor(long size, at::TensorOptions options)
                                 options.device().str());
   }
   // Collective, like every call on the group; the GIL must not be held across it.
-  std::optional<py::gil_scoped_release> no_gil;
-  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  WithoutGil no_gil;
   return empty_symmetric({static_cast<int64_t>(size)}, c10::typeMetaToScalarType(options.dtype()),
                          /*zeroed=*/false);
 }

@@ -23,9 +23,11 @@ namespace rdmacoll {
 
 namespace {
 
-// An all-gather of n int64 per member, on the group's calling order.
+// An all-gather of n int64 per member, on the group's calling order; a member's local_error
+// raises on every member.
 std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g,
-                                  const std::vector<int64_t>& mine) {
+                                  const std::vector<int64_t>& mine,
+                                  const std::string& local_error = {}) {
   std::vector<int64_t> all(mine.size() * static_cast<size_t>(g.size()));
   engine::AllGatherArgs a;
   a.out = all.data();
@@ -34,6 +36,7 @@ std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g,
   a.in = mine.data();
   a.in_dtype = DType::Int64;
   a.in_numel = static_cast<int64_t>(mine.size());
+  a.local_error = local_error;
   e.all_gather(g, a);
   return all;
 }
@@ -62,13 +65,15 @@ Tensor lease(GroupState& g, std::shared_ptr<engine::Window> w, DType dtype,
 // A window every member dropped and offers again, or nullptr: one round of the members'
 // offers, the first of member 0's that every member made. The offered windows are held out of
 // the pool meanwhile, so none of them can be unmapped between the offer and the choice.
-std::shared_ptr<engine::Window> reuse(engine::Engine& e, GroupState& g, size_t bytes) {
+std::shared_ptr<engine::Window> reuse(engine::Engine& e, GroupState& g, size_t bytes,
+                                      const std::string& local_error) {
   constexpr size_t kOffers = 6;
-  std::vector<std::shared_ptr<engine::Window>> held = g.windows->hold(bytes, kOffers);
+  std::vector<std::shared_ptr<engine::Window>> held;
+  if (local_error.empty()) held = g.windows->hold(bytes, kOffers);
   std::vector<int64_t> mine(kOffers, 0);  // ids start at 1
   for (size_t i = 0; i < held.size(); ++i)
     mine[i] = static_cast<int64_t>(held[i]->id);
-  const std::vector<int64_t> all = gather_words(e, g, mine);
+  const std::vector<int64_t> all = gather_words(e, g, mine, local_error);
   std::shared_ptr<engine::Window> chosen;
   for (size_t i = 0; i < kOffers && all[i] != 0 && !chosen; ++i) {
     bool everyone = true;
@@ -90,12 +95,18 @@ std::shared_ptr<engine::Window> reuse(engine::Engine& e, GroupState& g, size_t b
 Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes, DType dtype,
                    bool zeroed) {
   // No memory before it is needed: a plain tensor of the size (zeros) costs as much as the
-  // reused window saves.
-  const int64_t bytes = api::checked_bytes(sizes, dtype, zeroed ? "empty" : "empty_uninitialized");
+  // reused window saves. A bad shape raises on every member, in the first round.
+  std::string bad;
+  int64_t bytes = 0;
+  try {
+    bytes = api::checked_bytes(sizes, dtype, zeroed ? "empty" : "empty_uninitialized");
+  } catch (const InvalidArgument& ex) {
+    bad = ex.what();
+  }
   const int p = g.size();
   // Every member knows the group's hosts alike, so all of them skip the offers or none.
-  if (g.hosts == 1 && bytes > 0) {
-    if (std::shared_ptr<engine::Window> w = reuse(e, g, static_cast<size_t>(bytes))) {
+  if (g.hosts == 1 && (bytes > 0 || !bad.empty())) {
+    if (std::shared_ptr<engine::Window> w = reuse(e, g, static_cast<size_t>(bytes), bad)) {
       if (zeroed) std::memset(w->own->data(), 0, static_cast<size_t>(bytes));
       return lease(g, std::move(w), dtype, std::move(sizes));
     }
@@ -105,9 +116,9 @@ Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes,
   w->group = &g;
   w->digest = g.digest;
   std::string why;
-  w->own = transport::SharedSegment::create(static_cast<size_t>(bytes), why);
+  if (bad.empty()) w->own = transport::SharedSegment::create(static_cast<size_t>(bytes), why);
   const std::vector<int64_t> all = gather_words(
-      e, g, {::getpid(), w->own ? w->own->fd() : -1, bytes, w->own && g.hosts == 1 ? 1 : 0});
+      e, g, {::getpid(), w->own ? w->own->fd() : -1, bytes, w->own && g.hosts == 1 ? 1 : 0}, bad);
   bool mapped = true;
   for (int r = 0; r < p; ++r)
     mapped = mapped && all[4 * r + 3] == 1 && all[4 * r + 2] == bytes;

@@ -255,5 +255,18 @@ TEST(SymmetricMemory, MemoryEveryMemberDroppedIsReusedAndMemoryOneHoldsIsNot) {
   }));
 }
 
+// A shape one member gets wrong raises on every member (not a wait for the timeout), and the
+// group makes windows afterwards.
+TEST(SymmetricMemory, AShapeOneMemberGetsWrongRaisesOnEveryMember) {
+  expect_all_ok(run_ranks(3, [](int rank, int p) {
+    const std::vector<int64_t> sizes =
+        rank == 2 ? std::vector<int64_t>{-2, -3} : std::vector<int64_t>{p * kLarge};
+    expect_throw_with<InvalidArgument>([&] { (void)empty(sizes, DType::Float32); },
+                                       rank == 2 ? "negative size" : "rank 2");
+    Tensor out = empty({p * kLarge}, DType::Float32);
+    gather_into(out, {}, kLarge, DType::Float32, 0);
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll
