@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bootstrap/prefixed_store.hpp"
+#include "bootstrap/store_gather.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
@@ -193,58 +194,103 @@ void Rendezvous::abort(const std::string& why) {
   throw InvalidArgument(why);
 }
 
+// The exchange follows StoreGather's plan (blocks of about sqrt(p) values, each posted by its
+// leader), so rank 0's store serves about p sqrt(p) requests, not p^2.
 std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes& mine) {
-  store_->set(prefix + std::to_string(rank_), mine);
+  const StoreGather plan(world_size_);
   const std::string store_addr = store_->describe();
+  const auto value_key = [&](int r) { return prefix + std::to_string(r); };
+  const auto block_key = [&](int b) { return prefix + "block/" + std::to_string(b); };
   std::vector<Bytes> all(world_size_);
+  all[rank_] = mine;
   const auto deadline = Clock::now() + timeout_;
-  for (int r = 0; r < world_size_; ++r) {
-    for (bool got = false; !got;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      // Any store call here may find rank 0's store gone (it gave up, or died).
-      try {
-        try {
-          all[r] = store_->get(prefix + std::to_string(r),
-                               std::clamp(left, std::chrono::milliseconds(1), kSlice));
-          got = true;
-        } catch (const Timeout&) {
-          if (store_->check(kAbortKey)) {
-            const std::string why = store_->get_string(kAbortKey, kSlice);
-            acknowledge_abort();
-            throw InvalidArgument(where_ + ": the job gave up: " + why);
+  // What the current step reads, for messages.
+  const char* reading = "";
+  int index = 0;
+  try {
+    for (const StoreGather::Step& s : plan.steps(rank_)) {
+      using Kind = StoreGather::Step::Kind;
+      index = s.index;
+      switch (s.kind) {
+        case Kind::PostValue:
+          store_->set(value_key(rank_), mine);
+          break;
+        case Kind::PostBlock:
+          store_->set(block_key(s.index),
+                      encode_block(all, plan.first_of(s.index), plan.end_of(s.index)));
+          break;
+        case Kind::ReadValue:
+          reading = "value";
+          all[s.index] = wait_for(value_key(s.index), deadline);
+          break;
+        case Kind::ReadBlock: {
+          reading = "block";
+          const Bytes block = wait_for(block_key(s.index), deadline);
+          if (!decode_block(block, all, plan.first_of(s.index), plan.end_of(s.index))) {
+            throw InvalidArgument(where_ + ": the " + store_addr + " holds a malformed block " +
+                                  block_key(s.index) + " (" + std::to_string(block.size()) +
+                                  " bytes); something other than this job's ranks wrote it");
           }
-          if (Clock::now() < deadline) continue;
-          // Ranks before r have arrived; of the rest, ask the store which are still missing.
-          // If rank 0 has given up too and taken the store down, all of them are suspects.
-          std::vector<int> missing;
-          try {
-            for (int m = r; m < world_size_; ++m) {
-              if (!store_->check(prefix + std::to_string(m))) missing.push_back(m);
-            }
-          } catch (const Error&) {
-            missing.clear();
-            for (int m = r; m < world_size_; ++m)
-              missing.push_back(m);
-          }
-          std::string refused;
-          if (server_) {
-            for (const auto& line : server_->refusals())
-              refused += "; the store refused " + line;
-          }
-          throw Timeout(where_ + ": ranks " + join(missing) +
-                        " did not join the rendezvous at the " + store_addr + " within " +
-                        std::to_string(timeout_.count()) + " ms" + refused);
+          break;
         }
-      } catch (const PeerFailure& e) {
-        throw PeerFailure(where_ + ": " +
-                          (own_store_ ? "rank 0, the rendezvous host, at the " : "the ") +
-                          store_addr + " went away while rank " + std::to_string(r) +
-                          " had not joined yet: " + e.what());
       }
     }
+  } catch (const Timeout&) {
+    // Of the ranks, ask the store which never posted; if all did, a leader never passed its
+    // block on. If rank 0 has given up too and taken the store down, all are suspects.
+    std::vector<int> missing;
+    std::string what = " did not join the rendezvous";
+    try {
+      for (int m = 0; m < world_size_; ++m) {
+        if (!store_->check(value_key(m))) missing.push_back(m);
+      }
+      if (missing.empty()) {
+        for (int b = 0; b < plan.blocks(); ++b) {
+          if (!store_->check(block_key(b))) missing.push_back(plan.first_of(b));
+        }
+        what = " joined but did not pass on their blocks of the rendezvous";
+      }
+    } catch (const Error&) {
+      missing.clear();
+      for (int m = 0; m < world_size_; ++m)
+        if (m != rank_) missing.push_back(m);
+    }
+    std::string refused;
+    if (server_) {
+      for (const auto& line : server_->refusals())
+        refused += "; the store refused " + line;
+    }
+    throw Timeout(where_ + ": ranks " + join(missing) + what + " at the " + store_addr +
+                  " within " + std::to_string(timeout_.count()) + " ms" + refused);
+  } catch (const PeerFailure& e) {
+    const std::string whose = *reading == 'b'
+                                  ? "the block of ranks " + std::to_string(plan.first_of(index)) +
+                                        "-" + std::to_string(plan.end_of(index) - 1)
+                                  : "rank " + std::to_string(index);
+    throw PeerFailure(where_ + ": " +
+                      (own_store_ ? "rank 0, the rendezvous host, at the " : "the ") + store_addr +
+                      " went away while " + whose + " had not come yet: " + e.what());
   }
   return all;
+}
+
+// Reads `key`, waiting until `deadline`: raises InvalidArgument at once when a rank posts an
+// abort, Timeout at the deadline.
+Bytes Rendezvous::wait_for(const std::string& key, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      return store_->get(key, std::clamp(left, std::chrono::milliseconds(1), kSlice));
+    } catch (const Timeout&) {
+      if (store_->check(kAbortKey)) {
+        const std::string why = store_->get_string(kAbortKey, kSlice);
+        acknowledge_abort();
+        throw InvalidArgument(where_ + ": the job gave up: " + why);
+      }
+      if (Clock::now() >= deadline) throw;
+    }
+  }
 }
 
 void Rendezvous::compare(const std::string& lines) {

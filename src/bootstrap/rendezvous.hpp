@@ -68,6 +68,7 @@ class Rendezvous {
  private:
   void claim_rank();
   void acknowledge_abort();
+  Bytes wait_for(const std::string& key, Clock::time_point deadline);
   std::chrono::milliseconds grace() const;
   std::chrono::milliseconds grace_left() const;
 
