@@ -130,6 +130,11 @@ void VerbsTransport::mark_failed(int peer, std::string why) {
     }
     for (uint64_t r : retired)
       complete_one(peer, r, false);
+    // Its connection, if one was under way, will not finish: the store need not be asked.
+    if (connector_ && (p.link == Link::Offered || p.link == Link::Up)) {
+      connector_->unwatch(store_key("qp", peer, me_));
+      connector_->unwatch(store_key("up", peer, me_));
+    }
   }
   fail_all_of(peer);
 }

@@ -43,6 +43,7 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
 
 void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
   if (!store_) throw TransportError("verbs: no store to connect peers through");
+  connector_ = std::make_unique<Connector>(store_);
   std::vector<std::pair<std::string, pid_t>> hosts;
   for (int r = 0; r < world_; ++r) {
     PeerAddress a = decode_peer_address(addresses[r], r);
@@ -180,16 +181,20 @@ void VerbsTransport::touch(int peer) {
     p.link = Link::Offered;
     ++connected_;
     connecting_.push_back(peer);
-    next_connect_poll_ = Clock::now();
-    connect_poll_ = kConnectPollFirst;
-    store_->set(store_key("qp", me_, peer), qpns);
+    connector_->post(store_key("qp", me_, peer), std::move(qpns));
+    connector_->watch(store_key("qp", peer, me_));
   } catch (const std::exception& e) {
     mark_failed(peer, "connecting to rank " + std::to_string(peer) + ": " + e.what());
   }
 }
 
-bool VerbsTransport::advance_connections(Clock::time_point now) {
-  if (connecting_.empty() || now < next_connect_poll_) return false;
+// Only when the connector brought something: everything a connection waits for comes through
+// it (or is a failure, which the next look finds).
+bool VerbsTransport::advance_connections() {
+  if (connecting_.empty()) return false;
+  const uint64_t now = connector_->generation();
+  if (now == connect_seen_) return false;
+  connect_seen_ = now;
   bool any = false;
   std::erase_if(connecting_, [&](int peer) {
     const Link before = peers_[peer].link;
@@ -197,19 +202,17 @@ bool VerbsTransport::advance_connections(Clock::time_point now) {
     any = any || finished || peers_[peer].link != before;
     return finished;
   });
-  connect_poll_ = any ? kConnectPollFirst : std::min(connect_poll_ * 2, kConnectPollMax);
-  next_connect_poll_ = Clock::now() + connect_poll_;
   return any;
 }
 
 bool VerbsTransport::advance(int peer) {
   Peer& p = peers_[peer];
-  if (p.failure) return true;
+  if (p.failure) return true;  // mark_failed stopped the connector's watch
   try {
     if (p.link == Link::Offered) {
-      const std::string theirs = store_key("qp", peer, me_);
-      if (!store_->check(theirs)) return false;
-      const Bytes qpns = store_->get(theirs, std::chrono::seconds(10));
+      const std::optional<Bytes> got = connector_->take(store_key("qp", peer, me_));
+      if (!got) return false;
+      const Bytes& qpns = *got;
       const size_t want = 4 * static_cast<size_t>(lanes_) + kEagerWire;
       uint32_t their_slots = 0;
       if (qpns.size() == want) std::memcpy(&their_slots, qpns.data() + want - 4, 4);
@@ -237,15 +240,15 @@ bool VerbsTransport::advance(int peer) {
         bring_up(peer, l, p.info, qpn);
       }
       p.link = Link::Up;
-      store_->set(store_key("up", me_, peer), Bytes{1});
+      connector_->post(store_key("up", me_, peer), Bytes{1});
+      connector_->watch(store_key("up", peer, me_));
     }
-    if (!store_->check(store_key("up", peer, me_))) return false;
+    if (!connector_->take(store_key("up", peer, me_))) return false;
     p.link = Link::Ready;
     log::trace("verbs: connected to rank " + std::to_string(peer));
     return true;
   } catch (const std::exception& e) {
-    mark_failed(peer, "connecting to rank " + std::to_string(peer) + " through the " +
-                          store_->describe() + ": " + e.what());
+    mark_failed(peer, "connecting to rank " + std::to_string(peer) + ": " + e.what());
     return true;
   }
 }

@@ -35,6 +35,7 @@
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
 #include "transport/peer_liveness.hpp"
+#include "transport/verbs/connector.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/eager_ring.hpp"
 #include "transport/verbs/fabric.hpp"
@@ -81,13 +82,6 @@ constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
 // RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
 constexpr int kQpTimeout = 20;
 constexpr int kRetryCount = 7;
-// A peer's QPs are made on its first use, through the store (see Link). The store is asked
-// whether the peer's half has arrived after this delay, doubling to the maximum while nothing
-// comes: a first call pays a few store round trips, and a peer that is late costs the store
-// one request per peer every 10 ms.
-constexpr std::chrono::microseconds kConnectPollFirst{100};
-constexpr std::chrono::microseconds kConnectPollMax{10'000};
-
 // RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
 // the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
 // last piece carrying the immediate, and the receiver counts one arrival per lane used. On
@@ -345,7 +339,7 @@ class VerbsTransport final : public Transport {
   void touch(int peer);
 
   // Moves every connection in progress on as far as the store allows; true if any moved.
-  bool advance_connections(Clock::time_point now);
+  bool advance_connections();
 
   // One look at the store for `peer`'s half of the connection; true once it is ready or failed.
   bool advance(int peer);
@@ -474,11 +468,10 @@ class VerbsTransport final : public Transport {
   int sends_in_flight_ = 0;    // staged or posted on any QP, at most kSendsInFlight
   std::vector<std::pair<int, int>> backlogged_;  // (peer, lane) with a backlog, each once
   std::shared_ptr<Store> store_;
-  uint64_t connected_ = 0;       // peers with QPs (connected or connecting)
-  std::vector<int> connecting_;  // peers whose connection is in progress
-  Clock::time_point next_connect_poll_{};
-  std::chrono::microseconds connect_poll_ = kConnectPollFirst;
-  int connect_timer_ = -1;  // timerfd: wakes a sleeper when the store is due a look
+  uint64_t connected_ = 0;                // peers with QPs (connected or connecting)
+  std::vector<int> connecting_;           // peers whose connection is in progress
+  std::unique_ptr<Connector> connector_;  // the store I/O of connecting, off this lock
+  uint64_t connect_seen_ = 0;             // the connector's generation last looked at
   PeerLiveness liveness_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::shared_ptr<VerbsRequest>> inflight_;

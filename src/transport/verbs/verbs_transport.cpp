@@ -27,9 +27,6 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
   channel_ = ibv_create_comp_channel(ctx_);
   if (!pd_ || !channel_) throw TransportError("verbs: cannot allocate a PD or completion channel");
   ::fcntl(channel_->fd, F_SETFL, ::fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
-  connect_timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (connect_timer_ < 0)
-    throw TransportError("verbs: timerfd_create failed: " + errno_text(errno));
   ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
   // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
   // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
@@ -91,7 +88,6 @@ VerbsTransport::~VerbsTransport() {
   channel_.reset();
   pd_.reset();
   ctx_.reset();
-  if (connect_timer_ >= 0) ::close(connect_timer_);
 }
 
 std::string VerbsTransport::describe() const {
@@ -314,7 +310,7 @@ bool VerbsTransport::progress() {
   for (int peer : eager_peers_)
     any = poll_eager(peer) || any;
   slept_to_timeout_ = false;
-  any = advance_connections(now) || any;
+  any = advance_connections() || any;
   if (now >= next_keepalive_) {
     next_keepalive_ = now + kKeepaliveInterval;
     keepalive();
@@ -325,16 +321,8 @@ bool VerbsTransport::progress() {
 
 bool VerbsTransport::prepare_wait() {
   if (flush_all()) return false;  // nothing staged may wait for the next wake-up
-  if (!connecting_.empty()) {
-    // The store has no way to wake us: a timer does, when the next look at it is due.
-    const auto now = Clock::now();
-    if (now >= next_connect_poll_) return false;
-    itimerspec t{};
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next_connect_poll_ - now);
-    t.it_value.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
-    t.it_value.tv_nsec = static_cast<long>(std::max<int64_t>(ns.count() % 1'000'000'000, 1000));
-    ::timerfd_settime(connect_timer_, 0, &t, nullptr);
-  }
+  // What the connector brought since the last look first; later news writes its fd.
+  if (!connecting_.empty() && connector_->generation() != connect_seen_) return false;
   if (!eager_peers_.empty() && !sleep_announced_) {
     // Eager writes complete nothing here: tell the ring peers first (eager_ring.hpp). The
     // writes' completions wake us, and progress() looks at the rings after them.
@@ -353,15 +341,14 @@ bool VerbsTransport::prepare_wait() {
 void VerbsTransport::wait_fds(std::vector<pollfd>& fds) {
   fds.push_back({channel_->fd, POLLIN, 0});
   fds.push_back({ctx_->async_fd, POLLIN, 0});
-  fds.push_back({connect_timer_, POLLIN, 0});
+  if (connector_) fds.push_back({connector_->wake_fd(), POLLIN, 0});
   for (int fd : liveness_.fds())
     fds.push_back({fd, POLLIN, 0});
 }
 
 void VerbsTransport::after_wait() {
   async_due_ = true;  // the async-event fd may be what woke us
-  uint64_t expirations = 0;
-  if (::read(connect_timer_, &expirations, sizeof expirations) < 0) expirations = 0;
+  const bool connecting = connector_ && connector_->clear_wake();
   ibv_cq* ev_cq = nullptr;
   void* ev_ctx = nullptr;
   const bool completion = ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0;
@@ -373,8 +360,8 @@ void VerbsTransport::after_wait() {
     armed_ = false;
   }
   // poll() gives up after 100 ms: a sleep that long which no completion or timer ended.
-  slept_to_timeout_ = !completion && expirations == 0 &&
-                      Clock::now() - sleep_began_ >= std::chrono::milliseconds(90);
+  slept_to_timeout_ =
+      !completion && !connecting && Clock::now() - sleep_began_ >= std::chrono::milliseconds(90);
 }
 
 Transport::Footprint VerbsTransport::footprint() const {

@@ -1,0 +1,120 @@
+#include "transport/verbs/connector.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "rdmacoll/errors.hpp"
+
+namespace rdmacoll::transport::verbs_impl {
+
+Connector::Connector(std::shared_ptr<Store> store) : store_(std::move(store)) {
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0)
+    throw TransportError(std::string("verbs: eventfd failed: ") + std::strerror(errno));
+}
+
+Connector::~Connector() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  ::close(wake_fd_);
+}
+
+void Connector::post(std::string key, Bytes value) {
+  std::lock_guard lock(mu_);
+  posts_.emplace_back(std::move(key), std::move(value));
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  cv_.notify_all();
+}
+
+void Connector::watch(std::string key) {
+  std::lock_guard lock(mu_);
+  watched_.push_back(std::move(key));
+  look_now_ = true;
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  cv_.notify_all();
+}
+
+void Connector::unwatch(const std::string& key) {
+  std::lock_guard lock(mu_);
+  std::erase(watched_, key);
+  arrived_.erase(key);
+}
+
+std::optional<Connector::Bytes> Connector::take(const std::string& key) {
+  std::lock_guard lock(mu_);
+  const auto it = arrived_.find(key);
+  if (it != arrived_.end()) {
+    Bytes v = std::move(it->second);
+    arrived_.erase(it);
+    return v;
+  }
+  if (!error_.empty()) throw TransportError(error_);
+  return std::nullopt;
+}
+
+bool Connector::clear_wake() {
+  uint64_t n = 0;
+  return ::read(wake_fd_, &n, sizeof n) == sizeof n && n > 0;
+}
+
+void Connector::signal() {
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) {
+    // Only EAGAIN (the counter is full): it is readable already.
+  }
+}
+
+void Connector::run() {
+  auto poll = kPollFirst;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    // Posts and new watches at once; watched keys every `poll`; else sleep until told.
+    const auto told = [&] { return stop_ || !posts_.empty() || look_now_; };
+    if (watched_.empty()) {
+      cv_.wait(lock, told);
+    } else {
+      cv_.wait_for(lock, poll, told);
+    }
+    if (stop_) return;
+    if (!error_.empty()) {  // nothing more will come: wait to be stopped
+      cv_.wait(lock, [&] { return stop_; });
+      return;
+    }
+    std::deque<std::pair<std::string, Bytes>> posts;
+    posts.swap(posts_);
+    const std::vector<std::string> watched = watched_;
+    const bool fresh = look_now_;
+    look_now_ = false;
+    lock.unlock();
+    std::vector<std::pair<std::string, Bytes>> came;
+    std::string failed;
+    try {
+      for (auto& [key, value] : posts)
+        store_->set(key, value);
+      for (const std::string& key : watched) {
+        if (store_->check(key)) came.emplace_back(key, store_->get(key, std::chrono::seconds(10)));
+      }
+    } catch (const std::exception& e) {
+      failed = "verbs: connecting through the " + store_->describe() + ": " + e.what();
+    }
+    lock.lock();
+    for (auto& [key, value] : came) {
+      // Unwatched while we looked: its peer failed, nobody takes it.
+      if (std::erase(watched_, key) > 0) arrived_[key] = std::move(value);
+    }
+    if (!failed.empty()) error_ = failed;
+    if (!came.empty() || !failed.empty()) signal();
+    poll = !came.empty() || fresh ? kPollFirst : std::min(poll * 2, kPollMax);
+  }
+}
+
+}  // namespace rdmacoll::transport::verbs_impl
