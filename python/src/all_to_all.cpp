@@ -104,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::alltoall(std::vector<at::Tensor>
     out_total += out_bytes.back();
   }
   const at::Tensor packed_in = pack_bytes(inputs).tensor;
-  at::Tensor packed_out = at::empty({out_total}, packed_in.options());
+  at::Tensor packed_out = staging_.empty({out_total}, at::kByte);
   rdmacoll::Tensor o = flat_view(packed_out, true), i = flat_view(packed_in, true);
   std::vector<at::Tensor> targets = outputs;
   return issue(

@@ -220,18 +220,26 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather(
                      " and the outputs " + c10::toString(outs[0].scalar_type()) +
                      "; rdmacoll converts between bool, integer and real float dtypes only");
   }
-  // One gather into a staging tensor, copied into each output (any strides) when done.
-  at::Tensor staging = at::empty({size_, input.numel()}, outs[0].options());
+  // Into the caller's list itself when it is one block (`list(t.chunk(p))`; the input may be
+  // its own slot); else one gather into a staging tensor, copied into each output (any
+  // strides) when done.
   const Staged in = stage_input(input, !convertible);
+  const std::optional<at::Tensor> block =
+      block_in_place(outs, in.dense, static_cast<size_t>(rank_));
+  at::Tensor staging =
+      block ? *block : staging_.empty({size_, input.numel()}, outs[0].scalar_type());
   rdmacoll::Tensor o = flat_view(staging, !convertible), i = in.view;
   std::vector<at::Tensor> targets = outs;
+  std::function<void()> copy_out;
+  if (!block) {
+    copy_out = [staging, targets] {
+      for (size_t r = 0; r < targets.size(); ++r)
+        targets[r].copy_(staging[static_cast<int64_t>(r)].view(targets[r].sizes()));
+    };
+  }
   return issue(
       call, outs, inputs, {staging, in.dense},
-      [&] { return rdmacoll::all_gather_into_tensor(o, i, group_, true); },
-      [staging, targets] {
-        for (size_t r = 0; r < targets.size(); ++r)
-          targets[r].copy_(staging[static_cast<int64_t>(r)].view(targets[r].sizes()));
-      });
+      [&] { return rdmacoll::all_gather_into_tensor(o, i, group_, true); }, std::move(copy_out));
 }
 
 c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_coalesced(
@@ -265,7 +273,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_coalesced(
   // all_gather_into_tensor_coalesced; rank r's block holds every input of rank r in order.
   const int64_t p = size_;
   const Packed in = pack_bytes(inputs);
-  at::Tensor out = at::empty({p * in.bytes}, in.tensor.options());
+  at::Tensor out = staging_.empty({p * in.bytes}, at::kByte);
   rdmacoll::Tensor o = flat_view(out, true), i = flat_view(in.tensor, true);
   std::vector<std::vector<at::Tensor>> targets = outputs;
   std::vector<at::Tensor> flat_outputs;
@@ -316,7 +324,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::allgather_into_tensor_coalesced(
     }
   }
   const Packed in = pack_bytes(inputs);
-  at::Tensor out = at::empty({p * in.bytes}, in.tensor.options());
+  at::Tensor out = staging_.empty({p * in.bytes}, at::kByte);
   rdmacoll::Tensor o = flat_view(out, true), i = flat_view(in.tensor, true);
   std::vector<at::Tensor> targets = outputs;
   return issue(

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tensors.hpp"
 #include "torch_compat.hpp"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -152,6 +153,7 @@ class RdmacollBackend final : public compat::Base {
   std::string bad_root(int64_t root_rank, int64_t root_tensor) const;
 
   rdmacoll::Group group_;
+  StagingPool staging_;  // outputs gathered here, then copied out
   Kind kind_;
   bool released_ = false;
   std::mutex release_mutex_;

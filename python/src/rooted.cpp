@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> RdmacollBackend::gather(
   std::optional<at::Tensor> block;
   if (root) block = block_in_place(targets, in.dense, static_cast<size_t>(rank_));
   at::Tensor staging;
-  if (root) staging = block ? *block : at::empty({size_, input.numel()}, input.options());
+  if (root) staging = block ? *block : staging_.empty({size_, input.numel()}, input.scalar_type());
   rdmacoll::Tensor i = in.view, o;
   if (root) o = flat_view(staging, true);
   const int dst = global_rank(static_cast<int>(opts.rootRank));

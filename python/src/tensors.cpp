@@ -1,5 +1,7 @@
 #include "tensors.hpp"
 
+#include <c10/util/accumulate.h>
+
 namespace rdmacoll_torch {
 
 std::optional<std::string> unusable(const at::Tensor& t, const char* what) {
@@ -64,6 +66,36 @@ Packed pack_bytes(const std::vector<at::Tensor>& tensors) {
   }
   p.tensor = parts.empty() ? at::empty({0}, at::kByte) : at::cat(parts);
   return p;
+}
+
+at::Tensor StagingPool::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
+  const int64_t bytes =
+      c10::multiply_integers(sizes) * static_cast<int64_t>(c10::elementSize(dtype));
+  if (bytes == 0 || bytes > kMaxSpareBytes) return at::empty(sizes, at::TensorOptions(dtype));
+  const auto shaped = [&](const at::Tensor& b) {
+    return b.narrow(0, 0, bytes).view(dtype).view(sizes);
+  };
+  std::lock_guard lock(mu_);
+  // Free and large enough: the smallest such one.
+  at::Tensor* best = nullptr;
+  for (at::Tensor& b : spare_) {
+    if (b.storage().use_count() == 1 && b.numel() >= bytes && (!best || b.numel() < best->numel()))
+      best = &b;
+  }
+  if (best) return shaped(*best);
+  // A new one; it replaces the smallest free spare when all places are taken.
+  at::Tensor fresh = at::empty({bytes}, at::TensorOptions(at::kByte));
+  if (spare_.size() < kMaxSpare) {
+    spare_.push_back(fresh);
+  } else {
+    at::Tensor* smallest = nullptr;
+    for (at::Tensor& b : spare_) {
+      if (b.storage().use_count() == 1 && (!smallest || b.numel() < smallest->numel()))
+        smallest = &b;
+    }
+    if (smallest) *smallest = fresh;
+  }
+  return shaped(fresh);
 }
 
 void write_bytes(const at::Tensor& t, const at::Tensor& bytes) {

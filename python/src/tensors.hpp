@@ -8,6 +8,7 @@
 
 #include <rdmacoll/tensor.hpp>
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,23 @@ Packed pack_bytes(const std::vector<at::Tensor>& tensors);
 // use the caller's memory itself instead of a staging copy. Else nullopt.
 std::optional<at::Tensor> block_in_place(const std::vector<at::Tensor>& list,
                                          const at::Tensor& other, size_t own);
+
+// Staging buffers kept across calls: a fresh buffer of many MiB costs its page faults and the
+// kernel's zeroing on every call (most of a 16 MiB list all_gather's time). A buffer is handed
+// out again only once nothing else holds its storage: the call that used it, its copy-out and
+// any view of it a caller kept are gone, so reuse can never hand out memory still in use.
+class StagingPool {
+ public:
+  static constexpr size_t kMaxSpare = 4;
+  static constexpr int64_t kMaxSpareBytes = int64_t{256} << 20;  // larger ones are not kept
+
+  // A contiguous CPU tensor of `sizes` and `dtype`, its contents undefined.
+  at::Tensor empty(at::IntArrayRef sizes, at::ScalarType dtype);
+
+ private:
+  std::mutex mu_;
+  std::vector<at::Tensor> spare_;  // byte tensors; free when their storage is held only here
+};
 
 // Writes `bytes` (a byte tensor of t's size, in any shape t's bytes can be viewed as) into `t`,
 // through a contiguous copy when `t` is strided.
