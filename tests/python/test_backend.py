@@ -58,10 +58,18 @@ def launch(n, script, *args, launcher="rdmacoll-run"):
 
 
 def per_rank(output, n):
-    """Each rank's printed text, from either launcher's line prefixes."""
+    """Each rank's printed text, from either launcher's line prefixes. torchrun's tee may print
+    a rank's line before its newline has been written, and another rank's line straight after
+    it: its "[defaultN]:" prefixes are split on wherever they are."""
     ranks = {r: [] for r in range(n)}
     for line in output.splitlines():
-        m = re.match(r"^\[(?:default)?(\d+)\]:? ?(.*)$", line)
+        parts = re.split(r"\[default(\d+)\]:", line)
+        if len(parts) > 1:
+            for i in range(1, len(parts), 2):
+                if int(parts[i]) in ranks:
+                    ranks[int(parts[i])].append(parts[i + 1])
+            continue
+        m = re.match(r"^\[(\d+)\]:? ?(.*)$", line)
         if m and int(m.group(1)) in ranks:
             ranks[int(m.group(1))].append(m.group(2))
     return {r: "\n".join(v) for r, v in ranks.items()}
@@ -101,7 +109,7 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("secondary", 3), ("teardown", 2), ("profiler", 2),
                                     ("rooted", 3), ("alltoall", 3), ("alltoall", 4),
                                     ("p2p", 2), ("p2p", 3), ("gpipe", 4), ("symmetric", 3),
-                                    ("gather_coalesced", 3),
+                                    ("gather_coalesced", 3), ("staging", 3),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
                                     pytest.param("premul", 2, marks=torch2)])
