@@ -1,6 +1,6 @@
 // all_gather_perf: all_gather_into_tensor bandwidth and latency, in the nccl-tests tradition;
-// with -S, into symmetric memory (rdmacoll::empty; with -o all_reduce and reduce_scatter, their
-// tensor and input there too); with -o, every other
+// with -S, into symmetric memory (rdmacoll::empty; with -o all_reduce, reduce_scatter and
+// broadcast, their tensor and input there too); with -o, every other
 // call (sendrecv_perf, alltoall_perf, gather_perf, scatter_perf and reduce_perf are this source
 // with -o preset).
 //   rdmacoll-run -n 4 ./all_gather_perf -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
@@ -373,9 +373,9 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
     const bool small_in = op == "gather";
     const bool has_out = op != "all_reduce" && op != "broadcast" && op != "reduce";
     const bool small_out = op == "reduce_scatter" || op == "scatter";
-    // -S: all_reduce's tensor and reduce_scatter's input from rdmacoll::empty (the other calls
-    // ignore it).
-    Tensor t = o.symmetric && (op == "all_reduce" || op == "reduce_scatter")
+    // -S: all_reduce's and broadcast's tensor and reduce_scatter's input from rdmacoll::empty
+    // (the other calls ignore it).
+    Tensor t = o.symmetric && (op == "all_reduce" || op == "reduce_scatter" || op == "broadcast")
                    ? empty({count}, o.dtype)
                    : zeros({small_in ? m : count}, o.dtype);
     Tensor out = zeros({!has_out ? 0 : small_out ? m : count}, o.dtype);

@@ -1,9 +1,9 @@
 // Symmetric memory (rdmacoll::empty) across real processes: all_gather_into_tensor into such a
 // tensor stores every chunk straight into every member's output; all_reduce on one folds each
 // segment once and stores it into every member's tensor; reduce_scatter_tensor from one folds
-// each member's piece straight out of every member's input. Every element of every
-// rank's output checked, the transport's written bytes counted, and a rank whose output is
-// not in the window makes every rank raise.
+// each member's piece straight out of every member's input; broadcast of one copies it straight
+// out of the root's part. Every element of every rank's output checked, the transport's written
+// bytes counted, and a rank whose output is not in the window makes every rank raise.
 
 #include <gtest/gtest.h>
 
@@ -252,6 +252,42 @@ TEST(SymmetricMemory, MemoryEveryMemberDroppedIsReusedAndMemoryOneHoldsIsNot) {
     Tensor e = empty({p * kLarge}, DType::Float32);
     RANK_CHECK(e.data() == first, "the window every member dropped at last was not reused");
     gather_into(e, {}, kLarge, DType::Float32, 3);
+  }));
+}
+
+// broadcast of a tensor from empty(): every member copies it straight out of the root's part,
+// for every root and a few dtypes, every element right, not one byte through the transport's
+// writes; one member's tensor in ordinary memory makes every member raise, and the group goes on.
+TEST(SymmetricMemory, BroadcastCopiesStraightOutOfTheRootsPart) {
+  expect_all_ok(run_ranks(3, [](int rank, int p) {
+    const int64_t n = kLarge + 3;
+    int iter = 0;
+    for (DType dt : {DType::Float32, DType::Int64, DType::BFloat16}) {
+      for (int root = 0; root < p; ++root, ++iter) {
+        Tensor t = empty({n}, dt);
+        const auto value = [&](int64_t i) { return static_cast<double>((i * 5 + iter) % 7 + 1); };
+        for (int64_t i = 0; i < n; ++i)
+          t.set(i, rank == root ? value(i) : -1);
+        const uint64_t before = bytes_written();
+        broadcast(t, root);
+        RANK_CHECK(bytes_written() == before,
+                   "the symmetric broadcast wrote through the transport");
+        for (int64_t i = 0; i < n; ++i) {
+          RANK_CHECK(t.item(i) == value(i), dtype_name(dt)
+                                                << " root " << root << " element " << i << ": "
+                                                << t.item(i) << ", want " << value(i));
+        }
+      }
+    }
+    Tensor sym = empty({n}, DType::Float32);
+    Tensor plain = zeros({n}, DType::Float32);
+    Tensor& mine = rank == 1 ? plain : sym;
+    expect_throw_with<InvalidArgument>([&] { broadcast(mine, 0); }, "ranks disagree");
+    for (int64_t i = 0; i < n; ++i)
+      sym.set(i, rank == 2 ? 9 : 0);
+    broadcast(sym, 2);
+    for (int64_t i = 0; i < n; ++i)
+      RANK_CHECK(sym.item(i) == 9, "after the error, element " << i << " is " << sym.item(i));
   }));
 }
 
