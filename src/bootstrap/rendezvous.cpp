@@ -204,27 +204,29 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
   std::vector<Bytes> all(world_size_);
   all[rank_] = mine;
   const auto deadline = Clock::now() + timeout_;
-  // What the current step reads, for messages.
-  const char* reading = "";
-  int index = 0;
+  const auto ranks_of = [&](int b) {
+    return "ranks " + std::to_string(plan.first_of(b)) + "-" + std::to_string(plan.end_of(b) - 1);
+  };
+  std::string doing;  // the current step, for messages
   try {
     for (const StoreGather::Step& s : plan.steps(rank_)) {
       using Kind = StoreGather::Step::Kind;
-      index = s.index;
       switch (s.kind) {
         case Kind::PostValue:
+          doing = "posting its value";
           store_->set(value_key(rank_), mine);
           break;
         case Kind::PostBlock:
+          doing = "posting the values of " + ranks_of(s.index);
           store_->set(block_key(s.index),
                       encode_block(all, plan.first_of(s.index), plan.end_of(s.index)));
           break;
         case Kind::ReadValue:
-          reading = "value";
+          doing = "waiting for rank " + std::to_string(s.index);
           all[s.index] = wait_for(value_key(s.index), deadline);
           break;
         case Kind::ReadBlock: {
-          reading = "block";
+          doing = "waiting for the values of " + ranks_of(s.index);
           const Bytes block = wait_for(block_key(s.index), deadline);
           if (!decode_block(block, all, plan.first_of(s.index), plan.end_of(s.index))) {
             throw InvalidArgument(where_ + ": the " + store_addr + " holds a malformed block " +
@@ -263,13 +265,9 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
     throw Timeout(where_ + ": ranks " + join(missing) + what + " at the " + store_addr +
                   " within " + std::to_string(timeout_.count()) + " ms" + refused);
   } catch (const PeerFailure& e) {
-    const std::string whose = *reading == 'b'
-                                  ? "the block of ranks " + std::to_string(plan.first_of(index)) +
-                                        "-" + std::to_string(plan.end_of(index) - 1)
-                                  : "rank " + std::to_string(index);
     throw PeerFailure(where_ + ": " +
                       (own_store_ ? "rank 0, the rendezvous host, at the " : "the ") + store_addr +
-                      " went away while " + whose + " had not come yet: " + e.what());
+                      " went away while this rank was " + doing + ": " + e.what());
   }
   return all;
 }
