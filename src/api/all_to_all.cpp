@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/entry.hpp"
+#include "api/staging.hpp"
 #include "api/world.hpp"
 #include "rdmacoll/process_group.hpp"
 
@@ -131,18 +132,18 @@ void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
       out_total += t.numel();
     }
   }
-  Tensor in = Tensor::zeros({in_total}, dt);
-  Tensor out = Tensor::zeros({out_total}, dt);
   const size_t es = element_size(dt);
+  api::Staging in(g.scratch.list_in, static_cast<size_t>(in_total) * es);
+  api::Staging out(g.scratch.list_out, static_cast<size_t>(out_total) * es);
   size_t offset = 0;
   for (size_t j = 0; error.empty() && j < inputs.size(); ++j) {
-    std::memcpy(static_cast<uint8_t*>(in.data()) + offset, inputs[j].data(), inputs[j].nbytes());
+    std::memcpy(in.data() + offset, inputs[j].data(), inputs[j].nbytes());
     offset += inputs[j].nbytes();
   }
   e.all_to_all(g, out.data(), in.data(), dt, out_splits, in_splits, error);
   offset = 0;
   for (Tensor& t : outputs) {
-    std::memcpy(t.data(), static_cast<uint8_t*>(out.data()) + offset, t.nbytes());
+    std::memcpy(t.data(), out.data() + offset, t.nbytes());
     offset += static_cast<size_t>(t.numel()) * es;
   }
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/entry.hpp"
+#include "api/staging.hpp"
 #include "api/world.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
@@ -133,11 +134,12 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
               dtype_name(dt);
     }
   }
-  Tensor staging = Tensor::zeros({static_cast<int64_t>(g.size()) * input.numel()}, dt);
+  const int64_t total = static_cast<int64_t>(g.size()) * input.numel();
+  api::Staging staging(g.scratch.list_out, static_cast<size_t>(total) * element_size(dt));
   engine::AllGatherArgs a;
   a.out = staging.data();
   a.out_dtype = dt;
-  a.out_numel = staging.numel();
+  a.out_numel = total;
   a.in = input.data();
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
@@ -145,7 +147,7 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
   e.all_gather(g, a);
   const size_t chunk = static_cast<size_t>(input.numel()) * element_size(dt);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    convert_elements(outputs[i].data(), dt, static_cast<uint8_t*>(staging.data()) + i * chunk, dt,
+    convert_elements(outputs[i].data(), dt, staging.data() + i * chunk, dt,
                      static_cast<size_t>(input.numel()));
   }
 }

@@ -42,6 +42,8 @@ struct CallScratch {
   std::vector<int> round_chunks;                 // the group ranks a round moves
   // The descriptor rounds' service schedules (schedule/service.hpp), made once per group.
   std::map<schedule::ServiceRounds, schedule::Schedule> service_schedules;
+  // The public API's list forms gather here before copying out (api/staging.hpp).
+  std::vector<uint8_t> list_in, list_out;
   int order_position = -1;  // this rank's place in GroupState::order
   int ring_position = -1;   // and in GroupState::ring_order
   // A ring call saw only its successor's descriptor (group rank), else -1: all of them.

@@ -143,6 +143,41 @@ TEST(AllGather, ListOutputAndBarrier) {
   }));
 }
 
+// The list form gathers through a buffer the group keeps: calls that grow and shrink it, async
+// ones queued back to back, every element right each time.
+TEST(AllGather, ListOutputsOfSizesThatGrowAndShrinkThroughTheKeptBuffer) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    const int64_t sizes[] = {100000, 7, 300000, 0, 1, 50000};
+    std::vector<std::vector<Tensor>> outs;
+    std::vector<Tensor> ins;
+    std::vector<Work> works;
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      const int64_t n = sizes[k];
+      ins.push_back(zeros({n}, DType::Int32));
+      for (int64_t i = 0; i < n; ++i)
+        ins.back().set(i, static_cast<double>(rank * 1000 + i % 997 + k));
+      outs.emplace_back();
+      for (int r = 0; r < world; ++r)
+        outs.back().push_back(zeros({n}, DType::Int32));
+      for (Tensor& t : outs.back())
+        for (int64_t i = 0; i < n; ++i)
+          t.set(i, -1);
+      works.push_back(all_gather(outs.back(), ins.back(), {}, /*async_op=*/true));
+    }
+    for (Work& w : works)
+      w.wait();
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i = 0; i < sizes[k]; ++i) {
+          RANK_CHECK(
+              outs[k][r].item(i) == r * 1000 + i % 997 + static_cast<int64_t>(k),
+              "call " << k << " list " << r << " element " << i << ": " << outs[k][r].item(i));
+        }
+      }
+    }
+  }));
+}
+
 TEST(AllGather, ThousandCallsReusedBuffers) {
   expect_all_ok(run_ranks(4, [](int rank, int world) {
     const int64_t n = 64;
