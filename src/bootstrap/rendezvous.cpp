@@ -203,6 +203,8 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
   const auto block_key = [&](int b) { return prefix + "block/" + std::to_string(b); };
   std::vector<Bytes> all(world_size_);
   all[rank_] = mine;
+  std::vector<bool> have(world_size_, false);  // whose values this rank has
+  have[rank_] = true;
   const auto deadline = Clock::now() + timeout_;
   const auto ranks_of = [&](int b) {
     return "ranks " + std::to_string(plan.first_of(b)) + "-" + std::to_string(plan.end_of(b) - 1);
@@ -224,6 +226,7 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
         case Kind::ReadValue:
           doing = "waiting for rank " + std::to_string(s.index);
           all[s.index] = wait_for(value_key(s.index), deadline);
+          have[s.index] = true;
           break;
         case Kind::ReadBlock: {
           doing = "waiting for the values of " + ranks_of(s.index);
@@ -233,13 +236,16 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
                                   block_key(s.index) + " (" + std::to_string(block.size()) +
                                   " bytes); something other than this job's ranks wrote it");
           }
+          for (int r = plan.first_of(s.index); r < plan.end_of(s.index); ++r)
+            have[r] = true;
           break;
         }
       }
     }
   } catch (const Timeout&) {
     // Of the ranks, ask the store which never posted; if all did, a leader never passed its
-    // block on. If rank 0 has given up too and taken the store down, all are suspects.
+    // block on. If rank 0 has given up too and taken the store down, every rank whose value
+    // this rank has not got is a suspect.
     std::vector<int> missing;
     std::string what = " did not join the rendezvous";
     try {
@@ -254,8 +260,9 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
       }
     } catch (const Error&) {
       missing.clear();
+      what = " did not join the rendezvous";
       for (int m = 0; m < world_size_; ++m)
-        if (m != rank_) missing.push_back(m);
+        if (!have[m]) missing.push_back(m);
     }
     std::string refused;
     if (server_) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -174,9 +175,13 @@ class CountingStore final : public Store {
   }
   bool check(const std::string& key) override {
     count();
+    if (gone_for_checks_ && key.find("/test/") != std::string::npos)
+      throw PeerFailure("the store went away");
     std::lock_guard lock(mu_);
     return kv_.count(key) > 0;
   }
+  // From now on, asking whether an exchange's key exists fails as a store gone away does.
+  void go_away_for_checks() { gone_for_checks_ = true; }
   static thread_local int requests;
 
  private:
@@ -184,6 +189,7 @@ class CountingStore final : public Store {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::vector<uint8_t>> kv_;
+  std::atomic<bool> gone_for_checks_{false};
 };
 thread_local int CountingStore::requests = 0;
 
@@ -227,6 +233,37 @@ TEST(StoreGather, TheRendezvousFollowsThePlanOverARealStore) {
     EXPECT_GE(requests[r], static_cast<int>(plan.steps(r).size())) << "rank " << r;
     EXPECT_LE(requests[r], static_cast<int>(plan.steps(r).size()) + 8) << "rank " << r;
   }
+}
+
+// Rank 2 never comes; when the timeout ends the others' waits the store is gone (rank 0 gave up
+// and took it down): each names only the ranks whose values it has not got, not every other.
+TEST(StoreGather, ARankThatCannotAskTheStoreNamesOnlyTheRanksItHasNotHeardFrom) {
+  auto store = std::make_shared<CountingStore>();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      RendezvousOptions o;
+      o.rank = r;
+      o.world_size = 3;
+      o.timeout = std::chrono::milliseconds(1500);
+      o.store = store;
+      o.where = "test (rank " + std::to_string(r) + ")";
+      try {
+        Rendezvous rv(o);
+        rv.all_gather("test/", value_of(r));
+      } catch (const Timeout& e) {
+        errors[r] = e.what();
+      } catch (const std::exception& e) {
+        errors[r] = std::string("not a timeout: ") + e.what();
+      }
+    });
+  }
+  store->go_away_for_checks();
+  for (auto& t : ranks)
+    t.join();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("ranks [2] did not join"), std::string::npos) << errors[r];
 }
 
 }  // namespace
