@@ -32,7 +32,12 @@ CC=clang CXX=clang++ BUILD_TYPE=RelWithDebInfo bash scripts/build.sh build-asan-
 stage "ctest (ASan+UBSan, clang; fuzz smoke)"
 # UCX's own allocations are not ours to fix: leaks inside libucs/libucp are suppressed.
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+# intercept_tls_get_addr=0: LSan's record of a dlopen'ed library's thread-local block can be
+# garbage (it guesses the block from the allocator's chunk header; clang 14 with glibc 2.36), and
+# its leak check then crashes at exit ("Tracer caught signal 11", "DTLS ... at 0x297-..."): seen
+# in one rank of the 8-rank scale tests, depending on which thread first touched the block.
+# Those blocks are then not scanned for pointers; nothing of ours lives there.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:intercept_tls_get_addr=0"
 # hwloc's PCI plugin leaks inside libpciaccess and is unloaded before LSan looks, so its frames
 # cannot be suppressed by name; the sanitizer suite has no PCI NICs to find, so skip the plugin.
 export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
