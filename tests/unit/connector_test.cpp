@@ -7,10 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
-#include <condition_variable>
-#include <map>
-#include <mutex>
-
+#include "memory_store.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::transport::verbs_impl {
@@ -19,54 +16,7 @@ namespace {
 using namespace std::chrono_literals;
 using Bytes = std::vector<uint8_t>;
 
-// A store in this process; `hold` makes every request wait until released, `broken` fail.
-class SlowStore final : public Store {
- public:
-  using Store::set;
-  void set(const std::string& key, const Bytes& value) override {
-    std::unique_lock lock(mu_);
-    enter(lock);
-    kv_[key] = value;
-  }
-  Bytes get(const std::string& key, std::chrono::milliseconds) override {
-    std::unique_lock lock(mu_);
-    enter(lock);
-    const auto it = kv_.find(key);
-    if (it == kv_.end()) throw Timeout("no " + key);
-    return it->second;
-  }
-  int64_t add(const std::string&, int64_t) override { return 0; }
-  bool check(const std::string& key) override {
-    std::unique_lock lock(mu_);
-    enter(lock);
-    return kv_.count(key) > 0;
-  }
-  void hold(bool on) {
-    std::lock_guard lock(mu_);
-    held_ = on;
-    cv_.notify_all();
-  }
-  void break_it() {
-    std::lock_guard lock(mu_);
-    broken_ = true;
-    cv_.notify_all();
-  }
-  bool has(const std::string& key) {
-    std::lock_guard lock(mu_);
-    return kv_.count(key) > 0;
-  }
-
- private:
-  void enter(std::unique_lock<std::mutex>& lock) {
-    cv_.wait(lock, [&] { return !held_ || broken_; });
-    if (broken_) throw PeerFailure("the store went away");
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false;
-  bool broken_ = false;
-  std::map<std::string, Bytes> kv_;
-};
+using testing::MemoryStore;
 
 // Waits (in poll, not a sleep) until the connector's fd says something came, up to 10 s.
 bool woken(Connector& c) {
@@ -77,7 +27,7 @@ bool woken(Connector& c) {
 }
 
 TEST(Connector, WhatOneSidePostsTheOtherTakesOnceAndTheFdWakesIt) {
-  auto store = std::make_shared<SlowStore>();
+  auto store = std::make_shared<MemoryStore>();
   Connector a(store), b(store);
   b.watch("qp/0/1");
   EXPECT_EQ(b.take("qp/0/1"), std::nullopt);
@@ -94,7 +44,7 @@ TEST(Connector, WhatOneSidePostsTheOtherTakesOnceAndTheFdWakesIt) {
 }
 
 TEST(Connector, TakeNeverWaitsOnAStoreThatHoldsEveryRequest) {
-  auto store = std::make_shared<SlowStore>();
+  auto store = std::make_shared<MemoryStore>();
   Connector c(store);
   store->hold(true);
   c.post("up/0/1", Bytes{1});
@@ -113,10 +63,10 @@ TEST(Connector, TakeNeverWaitsOnAStoreThatHoldsEveryRequest) {
 }
 
 TEST(Connector, AStoreThatFailsRaisesOnTakeNamingIt) {
-  auto store = std::make_shared<SlowStore>();
+  auto store = std::make_shared<MemoryStore>();
   Connector c(store);
   c.watch("qp/1/0");
-  store->break_it();
+  store->go_away();
   for (;;) {
     ASSERT_TRUE(woken(c));
     try {
@@ -129,7 +79,7 @@ TEST(Connector, AStoreThatFailsRaisesOnTakeNamingIt) {
 }
 
 TEST(Connector, AnUnwatchedKeyIsNeitherLookedForNorKept) {
-  auto store = std::make_shared<SlowStore>();
+  auto store = std::make_shared<MemoryStore>();
   Connector c(store);
   c.watch("qp/1/0");
   c.unwatch("qp/1/0");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.hpp"
+#include "memory_store.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -145,59 +146,13 @@ TEST(StoreGather, ABlockThatIsNotWellFormedIsRefusedAndLeavesTheValuesAlone) {
   EXPECT_FALSE(decode_block(huge, out, 0, 3));
 }
 
-// A store in this process (as torch's would be, handed in), counting each thread's requests.
-class CountingStore final : public Store {
- public:
-  using Store::set;
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    count();
-    std::lock_guard lock(mu_);
-    kv_[key] = value;
-    cv_.notify_all();
-  }
-  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    count();
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return kv_.count(key) > 0; }))
-      throw Timeout("no key " + key);
-    return kv_[key];
-  }
-  int64_t add(const std::string& key, int64_t delta) override {
-    count();
-    std::lock_guard lock(mu_);
-    auto& v = kv_[key];
-    int64_t n = v.empty() ? 0 : std::stoll(std::string(v.begin(), v.end()));
-    n += delta;
-    const std::string t = std::to_string(n);
-    v.assign(t.begin(), t.end());
-    cv_.notify_all();
-    return n;
-  }
-  bool check(const std::string& key) override {
-    count();
-    if (gone_for_checks_ && key.find("/test/") != std::string::npos)
-      throw PeerFailure("the store went away");
-    std::lock_guard lock(mu_);
-    return kv_.count(key) > 0;
-  }
-  // From now on, asking whether an exchange's key exists fails as a store gone away does.
-  void go_away_for_checks() { gone_for_checks_ = true; }
-  static thread_local int requests;
-
- private:
-  static void count() { ++requests; }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::vector<uint8_t>> kv_;
-  std::atomic<bool> gone_for_checks_{false};
-};
-thread_local int CountingStore::requests = 0;
+using testing::MemoryStore;
 
 // The rendezvous itself, 130 ranks as threads over one store: every rank gets every value, and
 // makes the plan's requests for it, not 131.
 TEST(StoreGather, TheRendezvousFollowsThePlanOverARealStore) {
   constexpr int p = 130;
-  auto store = std::make_shared<CountingStore>();
+  auto store = std::make_shared<MemoryStore>();
   std::vector<std::vector<Bytes>> got(p);
   std::vector<int> requests(p, 0);
   std::vector<std::string> errors(p);
@@ -212,9 +167,9 @@ TEST(StoreGather, TheRendezvousFollowsThePlanOverARealStore) {
         o.store = store;
         o.where = "test (rank " + std::to_string(r) + ")";
         Rendezvous rv(o);
-        const int before = CountingStore::requests;
+        const int before = MemoryStore::requests;
         got[r] = rv.all_gather("test/", value_of(r));
-        requests[r] = CountingStore::requests - before;
+        requests[r] = MemoryStore::requests - before;
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -238,7 +193,7 @@ TEST(StoreGather, TheRendezvousFollowsThePlanOverARealStore) {
 // Rank 2 never comes; when the timeout ends the others' waits the store is gone (rank 0 gave up
 // and took it down): each names only the ranks whose values it has not got, not every other.
 TEST(StoreGather, ARankThatCannotAskTheStoreNamesOnlyTheRanksItHasNotHeardFrom) {
-  auto store = std::make_shared<CountingStore>();
+  auto store = std::make_shared<MemoryStore>();
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -259,7 +214,7 @@ TEST(StoreGather, ARankThatCannotAskTheStoreNamesOnlyTheRanksItHasNotHeardFrom) 
       }
     });
   }
-  store->go_away_for_checks();
+  store->go_away_for_checks_on("/test/");
   for (auto& t : ranks)
     t.join();
   for (int r = 0; r < 2; ++r)
