@@ -76,24 +76,23 @@ at::Tensor StagingPool::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
     return b.narrow(0, 0, bytes).view(dtype).view(sizes);
   };
   std::lock_guard lock(mu_);
-  // Free and large enough: the smallest such one.
-  at::Tensor* best = nullptr;
-  for (at::Tensor& b : spare_) {
-    if (b.storage().use_count() == 1 && b.numel() >= bytes && (!best || b.numel() < best->numel()))
-      best = &b;
-  }
-  if (best) return shaped(*best);
+  // The smallest spare no tensor still uses that holds at least `at_least` bytes.
+  const auto smallest_free = [&](int64_t at_least) -> at::Tensor* {
+    at::Tensor* best = nullptr;
+    for (at::Tensor& b : spare_) {
+      if (b.storage().use_count() == 1 && b.numel() >= at_least &&
+          (!best || b.numel() < best->numel()))
+        best = &b;
+    }
+    return best;
+  };
+  if (at::Tensor* best = smallest_free(bytes)) return shaped(*best);
   // A new one; it replaces the smallest free spare when all places are taken.
   at::Tensor fresh = at::empty({bytes}, at::TensorOptions(at::kByte));
   if (spare_.size() < kMaxSpare) {
     spare_.push_back(fresh);
-  } else {
-    at::Tensor* smallest = nullptr;
-    for (at::Tensor& b : spare_) {
-      if (b.storage().use_count() == 1 && (!smallest || b.numel() < smallest->numel()))
-        smallest = &b;
-    }
-    if (smallest) *smallest = fresh;
+  } else if (at::Tensor* smallest = smallest_free(0)) {
+    *smallest = fresh;
   }
   return shaped(fresh);
 }

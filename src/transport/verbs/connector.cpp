@@ -27,10 +27,15 @@ Connector::~Connector() {
   ::close(wake_fd_);
 }
 
+// The thread starts with the first post or watch: a group that never connects over verbs has none.
+void Connector::start_locked() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
 void Connector::post(std::string key, Bytes value) {
   std::lock_guard lock(mu_);
   posts_.emplace_back(std::move(key), std::move(value));
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  start_locked();
   cv_.notify_all();
 }
 
@@ -38,7 +43,7 @@ void Connector::watch(std::string key) {
   std::lock_guard lock(mu_);
   watched_.push_back(std::move(key));
   look_now_ = true;
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  start_locked();
   cv_.notify_all();
 }
 

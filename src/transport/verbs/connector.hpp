@@ -56,6 +56,7 @@ class Connector {
 
  private:
   void run();
+  void start_locked();  // with mu_ held
   void signal();
 
   std::shared_ptr<Store> store_;
