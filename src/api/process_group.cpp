@@ -128,7 +128,9 @@ std::string transport_counters() {
     << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes
     << " eager_writes=" << c.eager_writes << " eager_fallbacks=" << c.eager_fallbacks
     << " eager_credit_writes=" << c.eager_credit_writes << " eager_sleeps=" << c.eager_sleeps
-    << " eager_rings=" << c.eager_rings << " eager_late=" << c.eager_late;
+    << " eager_rings=" << c.eager_rings << " eager_late=" << c.eager_late
+    << " receive_credit_writes=" << c.receive_credit_writes << " credit_waits=" << c.credit_waits
+    << " receive_queue_low=" << c.receive_queue_low;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

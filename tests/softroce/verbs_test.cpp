@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -772,6 +773,52 @@ TEST(Verbs, SendRecvTagsRingAndAnySource) {
           }
         }
         destroy_process_group();
+      },
+      opt));
+}
+
+// A receiver that stops making calls (busy for 2 s, far past the few milliseconds its QPs
+// retry "receiver not ready") while the sender posts 600 small sends to it, more than its whole
+// shared receive queue, each a SEND (no eager slots): the sender holds back what its receive
+// credits do not cover, nothing fails, and every message arrives whole once the receiver reads.
+// Without credits the queue runs dry and the sender's QP exhausts its RNR retries.
+TEST(Verbs, AReceiverThatStopsCallingHoldsSendersBackAndNothingFails) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "0"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        require_verbs();
+        constexpr int kMessages = 600;
+        constexpr int64_t kElements = 5;
+        auto value = [](int i, int64_t e) { return static_cast<float>(i * 8 + e); };
+        barrier();
+        if (rank == 0) {
+          const uint64_t waits = transport_counter("credit_waits");
+          std::vector<Tensor> keep;
+          std::vector<Work> works;
+          for (int i = 0; i < kMessages; ++i) {
+            Tensor t = zeros({kElements});
+            for (int64_t e = 0; e < kElements; ++e)
+              t.set(e, value(i, e));
+            keep.push_back(t);
+            works.push_back(send(keep.back(), 1, {}, i % 7, true));
+          }
+          when_all(works).wait();
+          RANK_CHECK(transport_counter("credit_waits") > waits, "no send waited for a credit");
+        } else {
+          // The scenario itself, not a wait for something: a rank busy elsewhere.
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+          for (int i = 0; i < kMessages; ++i) {
+            Tensor t = zeros({kElements});
+            recv(t, 0, {}, i % 7);
+            for (int64_t e = 0; e < kElements; ++e)
+              RANK_CHECK(t.item(e) == value(i, e),
+                         "message " << i << " element " << e << ": got " << t.item(e));
+          }
+          RANK_CHECK(transport_counter("receive_credit_writes") > 0, "no credit handed back");
+        }
+        barrier();
       },
       opt));
 }

@@ -147,18 +147,20 @@ TEST(VerbsEagerSlot, LengthBeyondTheSlotRaises) {
   EXPECT_THROW(pack(out.data(), 1, 0, big.data(), big.size()), TransportError);
 }
 
-// The words peers write (credit and sleep epoch in) and the sources of ours (out) each have a
-// line of their own after the slots, so no NIC write shares a line with a slot being polled.
+// The words peers write (credit, sleep epoch and receive credits in) and the sources of ours
+// (out) each have a line of their own after the slots, so no NIC write shares a line with a slot
+// being polled. Without slots a block is those lines alone (receive credits need them).
 TEST(VerbsEagerSlot, BlockLayoutKeepsCreditsAndEpochsOnTheirOwnLines) {
-  for (int slots : {1, kDefaultSlots, kMaxSlots}) {
+  for (int slots : {0, 1, kDefaultSlots, kMaxSlots}) {
     EXPECT_EQ(credit_in_offset(slots), static_cast<size_t>(slots) * kSlotBytes);
     EXPECT_EQ(credit_in_offset(slots) % kLine, 0u);
     EXPECT_EQ(credit_out_offset(slots), credit_in_offset(slots) + kLine);
     EXPECT_EQ(epoch_in_offset(slots), credit_out_offset(slots) + kLine);
     EXPECT_EQ(epoch_out_offset(slots), epoch_in_offset(slots) + kLine);
-    EXPECT_EQ(block_bytes(slots), epoch_out_offset(slots) + kLine);
+    EXPECT_EQ(receives_in_offset(slots), epoch_out_offset(slots) + kLine);
+    EXPECT_EQ(receives_out_offset(slots), receives_in_offset(slots) + kLine);
+    EXPECT_EQ(block_bytes(slots), receives_out_offset(slots) + kLine);
   }
-  EXPECT_EQ(block_bytes(0), 0u);
   EXPECT_EQ(kSlotBytes % kLine, 0u);
 }
 

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -47,9 +49,12 @@ std::vector<int> sample_ranks(int p) {
 }
 
 // The transport before on-demand connections: a QP to every peer at init, 8 send buffers per
-// peer beside the shared receives, and a CQ of 64 entries per peer (its figures in the notes).
+// peer beside the 512 shared receives, and a CQ of 64 entries per peer (its figures in the
+// notes).
 Footprint every_peer_at_init(uint64_t peers) {
-  return {peers, (kSrqDepth + peers * 8) * kCtrlBytes, peers * kSendDepth + kSrqDepth + 16, peers};
+  constexpr uint64_t kOldReceives = 512;
+  return {peers, (kOldReceives + peers * 8) * kCtrlBytes, peers * kSendDepth + kOldReceives + 16,
+          peers};
 }
 
 std::vector<int> sizes_up_to_4096() {
@@ -175,7 +180,8 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
     const auto no_broadcast = connection_plan(
         {Algorithm::RecursiveDoubling, true, false, DescriptorPeers::RecursiveDoubling},
         identity(p), 5);
-    const Footprint planned = plan(rd.size(), 1);
+    const Footprint planned =
+        plan(rd.size(), 1, eager_ring::kDefaultSlots, static_cast<uint64_t>(p - 1));
     const Footprint before = every_peer_at_init(static_cast<uint64_t>(p - 1));
     std::printf(
         "p=%d: on demand %zu peers (%zu without broadcasts), %llu pinned control bytes, %llu CQ "
@@ -186,38 +192,131 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
         static_cast<unsigned long long>(before.pinned_control_bytes),
         static_cast<unsigned long long>(before.cq_entries));
     EXPECT_LT(planned.pinned_control_bytes * 10, before.pinned_control_bytes);
-    EXPECT_LT(planned.cq_entries * 10, before.cq_entries);
+    // The CQ holds every receive the shared queue may hold, which the grants need at this p
+    // (8192 at 64 B an entry): still a fifth or less of before.
+    EXPECT_LT(planned.cq_entries * 5, before.cq_entries);
   }
 }
 
 TEST(VerbsFootprintPlan, WhatThePeersShareDoesNotGrowWithP) {
   const Footprint none = plan(0, 1);
   EXPECT_EQ(none.queue_pairs, 0u);
-  EXPECT_EQ(none.pinned_control_bytes, (kSrqDepth + kSendBuffers) * kCtrlBytes);
+  EXPECT_EQ(none.pinned_control_bytes, (kReceiveChunk + kSendBuffers) * kCtrlBytes);
   for (uint64_t p = 2; p <= 4096; p *= 2) {
     for (uint64_t lanes : {1u, 2u, 4u}) {
-      const Footprint f = plan(p - 1, lanes);
-      EXPECT_EQ(f.queue_pairs, (p - 1) * lanes);
-      EXPECT_EQ(f.connected_peers, p - 1);
-      // The shared buffers do not grow with p; each connected peer adds its eager ring only.
-      EXPECT_EQ(plan(p - 1, lanes, 0).pinned_control_bytes, none.pinned_control_bytes)
-          << p << " ranks: shared control buffers must not grow with p";
-      EXPECT_EQ(
-          f.pinned_control_bytes,
-          none.pinned_control_bytes + (p - 1) * eager_ring::block_bytes(eager_ring::kDefaultSlots));
+      const uint64_t peers = p - 1;
+      const Footprint f = plan(peers, lanes);
+      EXPECT_EQ(f.queue_pairs, peers * lanes);
+      EXPECT_EQ(f.connected_peers, peers);
+      // Each connected peer adds its block and the receives it is granted (in whole chunks),
+      // and the receives stop growing at the queue's capacity.
+      const uint64_t capacity = receive_capacity(peers);
+      const uint32_t grant = grant_per_peer(peers, capacity);
+      EXPECT_GE(grant, 1u);
+      EXPECT_LE(peers * grant, std::max(capacity, peers)) << p << " ranks: grants past capacity";
+      const uint64_t receives = receives_posted(peers, grant, capacity);
+      EXPECT_GE(receives, std::min(peers * grant, capacity)) << p << " ranks";
+      EXPECT_LE(receives, capacity) << p << " ranks";
+      EXPECT_EQ(receives % kReceiveChunk, 0u);
+      EXPECT_EQ(capacity % kReceiveChunk, 0u);
+      EXPECT_EQ(plan(peers, lanes, 0).pinned_control_bytes,
+                (receives + kSendBuffers) * kCtrlBytes + peers * eager_ring::block_bytes(0));
+      EXPECT_EQ(f.pinned_control_bytes,
+                (receives + kSendBuffers) * kCtrlBytes +
+                    peers * eager_ring::block_bytes(eager_ring::kDefaultSlots));
       // Room for every send work request that may be in flight, and every receive.
       EXPECT_EQ(f.cq_entries,
-                std::min<uint64_t>((p - 1) * lanes * kSendDepth, kSendsInFlight) + kSrqDepth + 16);
-      EXPECT_LE(f.cq_entries, static_cast<uint64_t>(kSendsInFlight + kSrqDepth + 16));
+                std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + capacity + 16);
+      EXPECT_LE(f.cq_entries, kSendsInFlight + kMaxReceives + 16);
     }
   }
-  // Even with every peer connected (1024 and 4096 ranks, one QP per peer): the shared buffers
-  // are under 1% of the old per-peer buffers, and with the eager rings under 10%.
+  // Even with every peer connected (1024 and 4096 ranks, one QP per peer): the receives and
+  // send buffers are under 10% of the old per-peer buffers, and with the blocks under 20%.
   const uint64_t old_per_peer = (32 + 64) * kCtrlBytes;
-  EXPECT_LT(plan(1023, 1, 0).pinned_control_bytes, 1023 * old_per_peer / 100);
-  EXPECT_LT(plan(4095, 1, 0).pinned_control_bytes, 4095 * old_per_peer / 100);
-  EXPECT_LT(plan(1023, 1).pinned_control_bytes, 1023 * old_per_peer / 10);
-  EXPECT_LT(plan(4095, 1).pinned_control_bytes, 4095 * old_per_peer / 10);
+  EXPECT_LT(plan(1023, 1, 0).pinned_control_bytes, 1023 * old_per_peer / 10);
+  EXPECT_LT(plan(4095, 1, 0).pinned_control_bytes, 4095 * old_per_peer / 10);
+  EXPECT_LT(plan(1023, 1).pinned_control_bytes, 1023 * old_per_peer / 5);
+  EXPECT_LT(plan(4095, 1).pinned_control_bytes, 4095 * old_per_peer / 5);
+}
+
+// Receive credits (receive_credits.hpp): a sender and a receiver whose queue holds exactly the
+// grants, driven in random order. The queue never runs dry, the sender is never stuck while
+// the receiver keeps reading, and a sender that ignores its credits is caught.
+TEST(ReceiveCredits, TheSharedQueueNeverRunsDryAndSendersNeverWaitForever) {
+  std::mt19937 rng(7);
+  for (uint32_t grant = 1; grant <= kReceiveCredits; ++grant) {
+    for (int peers = 1; peers <= 5; ++peers) {
+      std::vector<ReceiveCredits> sender(peers), receiver(peers);
+      std::vector<uint64_t> in_flight(peers, 0), word(peers, 0);  // word: the credit line
+      for (int i = 0; i < peers; ++i) {
+        sender[i].their_grant = grant;
+        receiver[i].our_grant = grant;
+      }
+      int64_t queue = static_cast<int64_t>(grant) * peers;  // receives posted
+      uint64_t sent = 0;
+      for (int step = 0; step < 20000; ++step) {
+        const int i = static_cast<int>(rng() % peers);
+        switch (rng() % 3) {
+          case 0:  // peer i posts a receive-taking request if it holds a credit
+            if (sender[i].may_take(word[i])) {
+              ++sender[i].used;
+              ++in_flight[i];
+              --queue;  // it lands and takes a receive
+              ++sent;
+              ASSERT_GE(queue, 0) << "the queue ran dry";
+            }
+            break;
+          case 1:  // the receiver reads one of i's arrivals and posts its receive again
+            if (in_flight[i] > 0) {
+              --in_flight[i];
+              ++receiver[i].arrived;
+              ++queue;
+              ASSERT_FALSE(receiver[i].overran());
+              if (receiver[i].owes_credits()) {
+                receiver[i].handed_back = receiver[i].arrived;
+                word[i] = receiver[i].handed_back;  // the credit write lands
+              }
+            }
+            break;
+          default:  // with nothing in flight from i, i always holds a credit
+            if (in_flight[i] == 0) {
+              ASSERT_TRUE(sender[i].may_take(word[i])) << grant;
+            }
+        }
+      }
+      EXPECT_GT(sent, 1000u);
+    }
+  }
+  // A sender past its grant is seen on the receiver's side.
+  ReceiveCredits r;
+  r.our_grant = 4;
+  r.arrived = 4;
+  EXPECT_FALSE(r.overran());
+  r.arrived = 5;
+  EXPECT_TRUE(r.overran());
+  r.handed_back = 2;
+  EXPECT_FALSE(r.overran());
+}
+
+// The grant shrinks as the world grows so that every peer's fits the queue, down to one each.
+TEST(ReceiveCredits, GrantsFitTheQueueForEveryWorldSize) {
+  for (uint64_t peers : {1u, 2u, 63u, 64u, 65u, 1023u, 1024u, 1025u, 4095u, 8191u}) {
+    for (uint64_t device_max : {256u, 4096u, 16384u}) {
+      const uint64_t capacity = receive_capacity(peers, device_max);
+      EXPECT_LE(capacity, device_max);
+      EXPECT_TRUE(capacity % kReceiveChunk == 0 || capacity == device_max) << capacity;
+      EXPECT_LE(receives_posted(peers, grant_per_peer(peers, capacity), capacity), capacity);
+      const uint32_t g = grant_per_peer(peers, capacity);
+      EXPECT_GE(g, 1u);
+      EXPECT_LE(g, kReceiveCredits);
+      if (capacity >= peers) {
+        EXPECT_LE(peers * g, capacity) << peers << " peers";
+      }
+      if (peers * kReceiveCredits <= capacity) {
+        EXPECT_EQ(g, kReceiveCredits);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,20 +5,6 @@
 
 namespace rdmacoll::transport::verbs_impl {
 
-void VerbsTransport::post_recv(int slot) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(recv_buffer(slot)), kCtrlBytes, ctrl_mr_->mr->lkey};
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  wr.wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slot));
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  if (const int e = ibv_post_srq_recv(srq_, &wr, &bad)) {
-    for (int r = 0; r < world_; ++r) {
-      if (r != me_) mark_failed(r, "ibv_post_srq_recv failed: " + errno_text(e));
-    }
-  }
-}
-
 void VerbsTransport::deliver(VerbsRequest& req, std::span<const uint8_t> payload) {
   if (payload.size() > req.recv_capacity) {
     req.fail("control message of " + std::to_string(payload.size()) + " bytes from rank " +
@@ -37,16 +23,23 @@ void VerbsTransport::handle(const ibv_wc& wc) {
   const uint32_t id = static_cast<uint32_t>(wc.wr_id);  // receive slot, or the lane's number
   if (kind == kRecvWr) {
     // A shared receive: the QP it arrived on says from whom. Its slot goes back to the
-    // shared queue whatever happened to the message.
-    struct Repost {
-      VerbsTransport* self;
-      int slot;
-      ~Repost() { self->post_recv(slot); }
-    } repost{this, static_cast<int>(id)};
+    // shared queue whatever happened to the message (once this progress() is through with its
+    // buffer), and the peer is owed a credit for it.
+    repost_.push_back(static_cast<int>(id));
     const auto from = lane_of_qpn_.find(wc.qp_num);
     if (from == lane_of_qpn_.end()) return;
     peer = from->second.first;
     lane = from->second.second;
+    ReceiveCredits& c = peers_[peer].credits;
+    ++c.arrived;
+    if (c.overran() && !peers_[peer].failure) {
+      mark_failed(peer, "rank " + std::to_string(peer) + " sent " + std::to_string(c.arrived) +
+                            " messages that take a receive where it held credits for " +
+                            std::to_string(c.our_grant + c.handed_back) +
+                            " (a broken or hostile peer)");
+      return;
+    }
+    if (c.arrived - c.handed_back == 1) owing_.push_back(peer);
     if (wc.status != IBV_WC_SUCCESS) {
       mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
                             "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
@@ -57,9 +50,14 @@ void VerbsTransport::handle(const ibv_wc& wc) {
     return;
   }
   if (wc.status != IBV_WC_SUCCESS) {
+    const char* hint =
+        wc.status == IBV_WC_RNR_RETRY_EXC_ERR
+            ? ": the peer had no receive posted through every retry, which its credits rule out "
+              "(a broken peer, or a queue oversubscribed past its capacity)"
+            : "";
     mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                           "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
-                          " QP to rank " + std::to_string(peer));
+                          " QP to rank " + std::to_string(peer) + hint);
     complete_through(peer, lane, id, false);
     return;
   }
@@ -172,6 +170,7 @@ bool VerbsTransport::drain_async() {
         ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == choice_.port;
     const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
     const bool our_srq_lost = ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq_;
+    if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq_) on_receive_limit();
     if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost || our_srq_lost) {
       for (int r = 0; r < world_; ++r) {
         if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);

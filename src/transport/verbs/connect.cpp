@@ -14,14 +14,27 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(lanes_));
   cq_ = ibv_create_cq(ctx_, static_cast<int>(cq_size_), nullptr, channel_, vector);
   if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
-  // Every QP takes its receives from one shared queue, as UCX's RC transports do.
+  // Every QP takes its receives from one shared queue, as UCX's RC transports do; each peer is
+  // granted its share when it connects (receive_credits.hpp).
+  ibv_device_attr dattr{};
+  if (ibv_query_device(ctx_, &dattr) != 0)
+    throw TransportError("verbs: ibv_query_device failed: " + errno_text(errno));
+  receive_capacity_ =
+      verbs_plan::receive_capacity(peers, static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)));
+  grant_ = verbs_plan::grant_per_peer(peers, receive_capacity_);
+  if (peers * grant_ > receive_capacity_) {
+    log::warn("verbs: the shared receive queue holds " + std::to_string(receive_capacity_) +
+              " receives for " + std::to_string(peers) +
+              " peers; a peer that takes its one credit while many others do may see the "
+              "receiver not ready");
+  }
   ibv_srq_init_attr srq_attr{};
-  srq_attr.attr.max_wr = kSrqDepth;
+  srq_attr.attr.max_wr = static_cast<uint32_t>(receive_capacity_);
   srq_attr.attr.max_sge = 1;
   srq_ = ibv_create_srq(pd_, &srq_attr);
   if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
-  // One registered pool for control buffers: the shared receives, then the shared sends.
-  ctrl_pool_.assign(verbs_plan::plan(0, 1).pinned_control_bytes, 0);
+  // One registered pool for the shared send buffers.
+  ctrl_pool_.assign(kSendBuffers * kCtrlBytes, 0);
   ctrl_mr_ = std::make_unique<MrEntry>();
   constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
   ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
@@ -70,8 +83,7 @@ void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
     if (!clash.empty()) throw TransportError("verbs: " + clash);
     peers_[r].info = info;
   }
-  for (int s = 0; s < kSrqDepth; ++s)
-    post_recv(s);
+  grow_receives();
   liveness_.reset(hosts);
   for (int r = 0; r < world_; ++r) {
     if (r == my_rank) continue;
@@ -172,14 +184,17 @@ void VerbsTransport::touch(int peer) {
     }
     make_eager_ring(peer);
     const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block);
-    const uint32_t rkey = p.eager.mr ? p.eager.mr->rkey : 0;
+    const uint32_t rkey = p.eager.mr->rkey;
     const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
     uint8_t* e = qpns.data() + 4 * lanes_;
     std::memcpy(e, &ring, 8);
     std::memcpy(e + 8, &rkey, 4);
     std::memcpy(e + 12, &slots, 4);
+    std::memcpy(e + 16, &grant_, 4);
+    p.credits.our_grant = grant_;
     p.link = Link::Offered;
     ++connected_;
+    grow_receives();  // before the peer can learn its grant
     connecting_.push_back(peer);
     connector_->post(store_key("qp", me_, peer), std::move(qpns));
     connector_->watch(store_key("qp", peer, me_));
@@ -215,18 +230,28 @@ bool VerbsTransport::advance(int peer) {
       const Bytes& qpns = *got;
       const size_t want = 4 * static_cast<size_t>(lanes_) + kEagerWire;
       uint32_t their_slots = 0;
-      if (qpns.size() == want) std::memcpy(&their_slots, qpns.data() + want - 4, 4);
-      if (qpns.size() != want || their_slots > eager_ring::kMaxSlots) {
+      uint32_t their_grant = 0;
+      if (qpns.size() == want) {
+        std::memcpy(&their_slots, qpns.data() + want - 8, 4);
+        std::memcpy(&their_grant, qpns.data() + want - 4, 4);
+      }
+      if (qpns.size() != want || their_slots > eager_ring::kMaxSlots || their_grant == 0 ||
+          their_grant > verbs_plan::kReceiveCredits) {
         mark_failed(peer, "rank " + std::to_string(peer) + " published " +
-                              std::to_string(qpns.size()) + " bytes of QP numbers and " +
-                              std::to_string(their_slots) + " eager slots, not " +
-                              std::to_string(want) + " bytes and at most " +
-                              std::to_string(eager_ring::kMaxSlots));
+                              std::to_string(qpns.size()) + " bytes of QP numbers, " +
+                              std::to_string(their_slots) + " eager slots and " +
+                              std::to_string(their_grant) + " receive credits, not " +
+                              std::to_string(want) + " bytes, at most " +
+                              std::to_string(eager_ring::kMaxSlots) + " and 1 to " +
+                              std::to_string(verbs_plan::kReceiveCredits) +
+                              " (is it another build of rdmacoll?)");
         return true;
       }
+      std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
+      std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
+      p.eager.their_block_slots = static_cast<int>(their_slots);
+      p.credits.their_grant = their_grant;
       if (p.eager.slots > 0 && their_slots > 0) {
-        std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
-        std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
         p.eager.their_slots = static_cast<int>(their_slots);
         // The peer writes into our ring only after it has seen our "up", published below; it
         // has no sleep epoch of ours yet, so the next sleep announces one to all.
@@ -291,7 +316,10 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
   a.qp_state = IBV_QPS_RTS;
   a.timeout = static_cast<uint8_t>(fabric_.timeout);
   a.retry_cnt = static_cast<uint8_t>(fabric_.retry_count);
-  a.rnr_retry = 7;  // infinite: a receiver between reposts is not an error
+  // Finite: with receive credits the shared queue never runs dry, so a peer that keeps saying
+  // "receiver not ready" is broken, and the exhausted retry marks it failed (7 would retry
+  // forever and stall everything behind it on the QP, keepalives included).
+  a.rnr_retry = kRnrRetry;
   a.sq_psn = 0;
   a.max_rd_atomic = 1;
   check_modify(qp, a,

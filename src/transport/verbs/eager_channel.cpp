@@ -5,23 +5,19 @@
 
 namespace rdmacoll::transport::verbs_impl {
 
+// Every connected peer has a block: its receive credits come through it, with or without
+// eager slots (RDMACOLL_IB_EAGER_SLOTS=0 makes a block of the lines alone).
 void VerbsTransport::make_eager_ring(int peer) {
   Peer::Eager& e = peers_[peer].eager;
-  if (eager_slots_ == 0) return;
   const size_t bytes = eager_ring::block_bytes(eager_slots_);
   e.block = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
-  if (!e.block) return;
+  if (!e.block)
+    throw TransportError("verbs: no memory for the block of rank " + std::to_string(peer));
   std::memset(e.block, 0, bytes);
   // No relaxed ordering: the receiver trusts a slot by its trailer, so it must land last.
   constexpr int kRingAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   e.mr = ibv_reg_mr(pd_, e.block, bytes, kRingAccess);
-  if (!e.mr) {
-    log::warn("verbs: no eager slots for rank " + std::to_string(peer) + ": " +
-              registration_error(bytes, errno).what());
-    std::free(e.block);
-    e.block = nullptr;
-    return;
-  }
+  if (!e.mr) throw registration_error(bytes, errno);
   e.slots = eager_slots_;
 }
 
@@ -90,6 +86,9 @@ void VerbsTransport::wake_if_asleep(int peer) {
   __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::epoch_in_offset(e.slots)),
                 &epoch, __ATOMIC_ACQUIRE);
   if (epoch <= e.rung || p.failure) return;
+  // The ring takes one of the peer's receives. Without a credit the peer has our earlier
+  // receive-taking requests unread in its CQ, and they wake it.
+  if (!take_receive_credit(peer)) return;
   e.rung = epoch;
   ++counters_.eager_rings;
   post_unawaited_write(peer, [](Staged& st) {

@@ -76,7 +76,9 @@ constexpr size_t framed_bytes(size_t length) {
 }
 // A block: the ring of `slots` slots, then a line each for the credit the peer writes in (how
 // many of our messages it has taken), the credit we write out (the source of our credit
-// writes), the sleep epoch the peer writes in, and the epoch we write out.
+// writes), the sleep epoch the peer writes in, the epoch we write out, and the receive credits
+// (receive_credits.hpp) the peer writes in and we write out. Every connected peer has a block,
+// with no slots where eager slots are off: the receive credits travel through it.
 constexpr size_t credit_in_offset(int slots) {
   return static_cast<size_t>(slots) * kSlotBytes;
 }
@@ -89,8 +91,14 @@ constexpr size_t epoch_in_offset(int slots) {
 constexpr size_t epoch_out_offset(int slots) {
   return credit_in_offset(slots) + 3 * kLine;
 }
+constexpr size_t receives_in_offset(int slots) {
+  return credit_in_offset(slots) + 4 * kLine;
+}
+constexpr size_t receives_out_offset(int slots) {
+  return credit_in_offset(slots) + 5 * kLine;
+}
 constexpr size_t block_bytes(int slots) {
-  return slots > 0 ? credit_in_offset(slots) + 4 * kLine : 0;
+  return credit_in_offset(slots) + 6 * kLine;
 }
 
 // Frames message number `number` into `out`, which holds framed_bytes(length) bytes.

@@ -15,15 +15,15 @@
 
 #include "transport/transport.hpp"
 #include "transport/verbs/eager_ring.hpp"
+#include "transport/verbs/receive_credits.hpp"
 
 namespace rdmacoll::transport::verbs_plan {
 
 // A tag and the largest control message: a call descriptor (up to 4 KiB) with the framing of a
 // Bruck round (a flag byte and a length), so that such a round can go one descriptor at a time.
 constexpr size_t kCtrlBytes = 8 + 4096 + 64;
-// Receives shared by every QP: control messages and write immediates of all peers. When it
-// runs dry a sender is told to retry (RNR, retried without limit), so a burst only waits.
-constexpr int kSrqDepth = 512;
+// Receives shared by every QP (control messages and write immediates of all peers) are granted
+// to the peers and posted in chunks as they connect: receive_credits.hpp.
 constexpr int kSendDepth = 64;  // send work requests in flight per QP
 // Send work requests in flight over all QPs together. An error flushes every posted request
 // into the CQ, signalled or not, so this cap (with the receives) is what the CQ must hold.
@@ -36,20 +36,26 @@ constexpr int kSendBuffers = 64;
 using Footprint = Transport::Footprint;
 
 // The CQ for `peers` peers with `lanes` QPs each: every send work request that may be in
-// flight and every receive.
+// flight and every receive the queue may hold.
 constexpr uint64_t cq_entries(uint64_t peers, uint64_t lanes) {
-  return std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + kSrqDepth + 16;
+  return std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + receive_capacity(peers) +
+         16;
 }
 
 // For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER) and
-// `eager_slots` eager slots per peer (RDMACOLL_IB_EAGER_SLOTS). Pinned control bytes are the
-// shared receive and send buffers, and each connected peer's ring of eager slots: the one part
-// that grows with the peers, 35 KB each by default, so O(log p) where the schedules are.
+// `eager_slots` eager slots per peer (RDMACOLL_IB_EAGER_SLOTS), in a world of `world_peers`
+// other ranks (which sets each peer's grant). Pinned control bytes are the receive buffers
+// posted for the connected peers' grants (a chunk of 512 from the start), the shared send
+// buffers, and each connected peer's block of eager slots: what grows with the peers, about
+// 35 KB each by default, so O(log p) where the schedules are.
 constexpr Footprint plan(uint64_t peers, uint64_t lanes,
-                         int eager_slots = eager_ring::kDefaultSlots) {
+                         int eager_slots = eager_ring::kDefaultSlots, uint64_t world_peers = 0) {
+  const uint64_t capacity = receive_capacity(std::max(world_peers, peers));
+  const uint64_t receives =
+      receives_posted(peers, grant_per_peer(std::max(world_peers, peers), capacity), capacity);
   return {peers * lanes,
-          (kSrqDepth + kSendBuffers) * kCtrlBytes + peers * eager_ring::block_bytes(eager_slots),
-          cq_entries(peers, lanes), peers};
+          (receives + kSendBuffers) * kCtrlBytes + peers * eager_ring::block_bytes(eager_slots),
+          cq_entries(std::max(world_peers, peers), lanes), peers};
 }
 
 }  // namespace rdmacoll::transport::verbs_plan

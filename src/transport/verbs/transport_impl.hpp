@@ -60,7 +60,7 @@ using verbs_plan::kCtrlBytes;
 using verbs_plan::kSendBuffers;
 using verbs_plan::kSendDepth;
 using verbs_plan::kSendsInFlight;
-using verbs_plan::kSrqDepth;
+using verbs_plan::ReceiveCredits;
 constexpr size_t kMaxWrite = size_t{1} << 30;
 static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
@@ -82,6 +82,8 @@ constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
 // RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
 constexpr int kQpTimeout = 20;
 constexpr int kRetryCount = 7;
+// RNR retries before a QP fails (7 would mean without end): see bring_up.
+constexpr int kRnrRetry = 6;
 // RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
 // the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
 // last piece carrying the immediate, and the receiver counts one arrival per lane used. On
@@ -284,9 +286,11 @@ class VerbsTransport final : public Transport {
       uint64_t credit = 0;    // the highest credit the peer's messages carried
       uint64_t their_ring = 0;
       uint32_t their_rkey = 0;
-      int their_slots = 0;
-      uint64_t sent = 0;  // messages written into the peer's ring
+      int their_slots = 0;        // used only when both sides have slots
+      int their_block_slots = 0;  // what the peer's block has (where its lines are)
+      uint64_t sent = 0;          // messages written into the peer's ring
     } eager;
+    ReceiveCredits credits;  // receives of the shared queue, both ways (receive_credits.hpp)
     bool idle() const {
       return std::all_of(lanes.begin(), lanes.end(),
                          [](const Lane& l) { return l.in_queue() == 0 && l.backlog.empty(); });
@@ -329,9 +333,25 @@ class VerbsTransport final : public Transport {
   // Inside munmap, or glibc's free/trim with the arena lock held: only records the range.
   static void on_unmap(ucm_event_type_t, ucm_event_t* event, void* self);
 
+  // A receive's buffer and key: slot s is in chunk s / kReceiveChunk.
   uint8_t* recv_buffer(int slot);
-  // The shared send buffers follow the shared receives.
-  uint8_t* send_buffer(int slot) { return recv_buffer(kSrqDepth + slot); }
+  uint32_t recv_lkey(int slot) const;
+  uint8_t* send_buffer(int slot) {
+    return ctrl_pool_.data() + static_cast<size_t>(slot) * kCtrlBytes;
+  }
+
+  // Posts receives (with new chunks of buffers) until the connected peers' grants are covered.
+  void grow_receives();
+  // Posts the receives whose completions this progress() handled, as one chain.
+  void repost_receives();
+  // Takes a credit for a receive-taking work request to `peer`; false when it holds none.
+  bool take_receive_credit(int peer);
+  // Writes credits back to the peers that are owed half their grant.
+  void hand_back_credits();
+  // The queue's low-water event (receives.cpp).
+  static constexpr uint32_t kReceiveLimit = 16;
+  void arm_receive_limit();
+  void on_receive_limit();
 
   std::string store_key(const char* what, int from, int to) const;
 
@@ -347,10 +367,6 @@ class VerbsTransport final : public Transport {
   void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn);
 
   void check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state);
-
-  // A shared receive: a control message from any peer, or any lane's write immediate. The
-  // completion names the QP (wc.qp_num), hence the peer and lane.
-  void post_recv(int slot);
 
   uint64_t track(const std::shared_ptr<VerbsRequest>& req);
 
@@ -385,9 +401,9 @@ class VerbsTransport final : public Transport {
   // A control message from `peer`: to its receive if posted (one copy, into place), else kept.
   void dispatch_control(int peer, uint64_t tag, std::span<const uint8_t> payload);
 
-  // Size of the eager part of what a peer publishes with its QP numbers: our ring's address,
-  // its rkey and its slot count.
-  static constexpr size_t kEagerWire = 16;
+  // Size of the block part of what a peer publishes with its QP numbers: our block's address,
+  // its rkey, its eager slot count and the receives we grant the peer.
+  static constexpr size_t kEagerWire = 20;
 
   // Our ring for `peer`, registered for its writes; none (and SENDs only) if the setting says
   // 0 or the registration fails.
@@ -458,8 +474,21 @@ class VerbsTransport final : public Transport {
   unsigned unacked_events_ = 0;
   int me_ = -1;
   int world_ = 0;
-  std::vector<uint8_t> ctrl_pool_;
+  std::vector<uint8_t> ctrl_pool_;  // the shared send buffers
   std::unique_ptr<MrEntry> ctrl_mr_;
+  // Receive buffers, a registered chunk of kReceiveChunk at a time; the queue's capacity, each
+  // peer's grant, how many are posted, and the slots to post again after this progress().
+  struct ReceiveChunk {
+    std::vector<uint8_t> bytes;
+    verbs_handles::Registration mr;
+  };
+  std::vector<ReceiveChunk> receive_chunks_;
+  uint64_t receive_capacity_ = 0;
+  uint32_t grant_ = 0;
+  uint64_t receives_posted_ = 0;
+  std::vector<int> repost_;
+  std::vector<int> owing_;  // peers a receive came from since credits were last handed back
+  bool receive_limit_armed_ = false;
   std::vector<Peer> peers_;
   verbs_handles::SharedReceiveQueue srq_;
   std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)

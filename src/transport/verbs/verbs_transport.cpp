@@ -82,6 +82,7 @@ VerbsTransport::~VerbsTransport() {
     std::free(p.eager.block);
   }
   srq_.reset();
+  receive_chunks_.clear();
   if (cq_ && unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
   cq_.reset();
   ctrl_mr_.reset();
@@ -132,6 +133,8 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
   submit(peer, 0, [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
     Peer& p = peers_[peer];
     const bool eager = eager_slot_free(p);
+    // A SEND takes one of the peer's receives: not without a credit for it.
+    if (!eager && !take_receive_credit(peer)) return false;
     Bytes framed;
     if (eager) {
       uint64_t tag = 0;
@@ -149,7 +152,10 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       st.wr.send_flags = IBV_SEND_INLINE;
       ++counters_.inline_sends;
     } else {
-      if (free_send_.empty()) return false;
+      if (free_send_.empty()) {
+        if (!eager) --p.credits.used;  // not posted: the credit stays ours
+        return false;
+      }
       const int slot = free_send_.front();
       free_send_.pop_front();
       r->send_slot = slot;
@@ -223,7 +229,9 @@ RequestPtr VerbsTransport::write(const MemoryRegion& src, size_t src_offset,
     const uint64_t to = remote.base() + dst_offset + off;
     const uint32_t lkey = local.lkey();
     const uint32_t rkey = remote.rkey;
-    submit(peer, lane, [=](Staged& st) {
+    submit(peer, lane, [=, this](Staged& st) {
+      // The immediate takes one of the peer's receives: not without a credit for it.
+      if (last && !take_receive_credit(peer)) return false;
       st.sge = {from, static_cast<uint32_t>(n), lkey};
       st.wr.wr_id = make_wr_id(kWriteWr, peer, 0, static_cast<uint32_t>(lane));
       st.request = id;
@@ -307,6 +315,8 @@ bool VerbsTransport::progress() {
     for (int i = 0; i < n; ++i)
       handle(wc[i]);
   }
+  repost_receives();
+  hand_back_credits();
   for (int peer : eager_peers_)
     any = poll_eager(peer) || any;
   slept_to_timeout_ = false;
@@ -365,7 +375,8 @@ void VerbsTransport::after_wait() {
 }
 
 Transport::Footprint VerbsTransport::footprint() const {
-  Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_slots_);
+  Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_slots_,
+                                 static_cast<uint64_t>(std::max(world_ - 1, 0)));
   f.cq_entries = cq_size_;
   f.sends_in_flight = static_cast<uint64_t>(sends_in_flight_);
   f.send_buffers_in_use = kSendBuffers - free_send_.size();
@@ -413,10 +424,6 @@ bool VerbsTransport::probe_unmap_event() {
 void VerbsTransport::on_unmap(ucm_event_type_t, ucm_event_t* event, void* self) {
   static_cast<VerbsTransport*>(self)->cache_->invalidate(
       reinterpret_cast<uintptr_t>(event->vm_unmapped.address), event->vm_unmapped.size);
-}
-
-uint8_t* VerbsTransport::recv_buffer(int slot) {
-  return ctrl_pool_.data() + static_cast<size_t>(slot) * kCtrlBytes;
 }
 
 }  // namespace verbs_impl

@@ -1,0 +1,126 @@
+// The shared receive queue: receives posted in registered chunks as peers connect, posted again
+// in one chain per progress(), and the credits that keep it from running dry (the arithmetic and
+// why: receive_credits.hpp).
+
+#include "transport/verbs/transport_impl.hpp"
+
+namespace rdmacoll::transport::verbs_impl {
+
+using verbs_plan::kReceiveChunk;
+
+uint8_t* VerbsTransport::recv_buffer(int slot) {
+  const auto s = static_cast<uint64_t>(slot);
+  return receive_chunks_[s / kReceiveChunk].bytes.data() + (s % kReceiveChunk) * kCtrlBytes;
+}
+
+uint32_t VerbsTransport::recv_lkey(int slot) const {
+  return receive_chunks_[static_cast<uint64_t>(slot) / kReceiveChunk].mr->lkey;
+}
+
+namespace {
+
+// Posts `slots` as one chain (one call, one doorbell where the provider rings one).
+int post_chain(ibv_srq* srq, const std::vector<int>& slots,
+               const std::function<ibv_sge(int)>& sge_of) {
+  std::vector<ibv_sge> sges(slots.size());
+  std::vector<ibv_recv_wr> wrs(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    sges[i] = sge_of(slots[i]);
+    wrs[i].wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slots[i]));
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].next = i + 1 < slots.size() ? &wrs[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  return slots.empty() ? 0 : ibv_post_srq_recv(srq, wrs.data(), &bad);
+}
+
+}  // namespace
+
+void VerbsTransport::grow_receives() {
+  const uint64_t want = verbs_plan::receives_posted(connected_, grant_, receive_capacity_);
+  while (receives_posted_ < want) {
+    ReceiveChunk chunk;
+    chunk.bytes.assign(kReceiveChunk * kCtrlBytes, 0);
+    chunk.mr = ibv_reg_mr(pd_, chunk.bytes.data(), chunk.bytes.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!chunk.mr) throw registration_error(chunk.bytes.size(), errno);
+    receive_chunks_.push_back(std::move(chunk));
+    // All of it, or what a device with a smaller queue holds.
+    const uint64_t n = std::min(kReceiveChunk, want - receives_posted_);
+    for (uint64_t i = 0; i < n; ++i)
+      repost_.push_back(static_cast<int>(receives_posted_ + i));
+    receives_posted_ += n;
+    repost_receives();
+  }
+}
+
+void VerbsTransport::repost_receives() {
+  if (repost_.empty()) return;
+  const int e = post_chain(srq_, repost_, [this](int slot) {
+    return ibv_sge{reinterpret_cast<uint64_t>(recv_buffer(slot)), static_cast<uint32_t>(kCtrlBytes),
+                   recv_lkey(slot)};
+  });
+  repost_.clear();
+  if (e) {
+    for (int r = 0; r < world_; ++r) {
+      if (r != me_) mark_failed(r, "ibv_post_srq_recv failed: " + errno_text(e));
+    }
+    return;
+  }
+  arm_receive_limit();
+}
+
+// The device reports (IBV_EVENT_SRQ_LIMIT_REACHED) when the queue falls to kReceiveLimit: with
+// every peer within its credits that happens only when nearly all of them hold every credit at
+// once, or when the queue is oversubscribed (more peers than it holds). It is counted and logged
+// once for whoever sizes a job; armed again once the queue has been refilled.
+void VerbsTransport::arm_receive_limit() {
+  if (receive_limit_armed_ || receives_posted_ <= kReceiveLimit) return;
+  ibv_srq_attr a{};
+  a.srq_limit = kReceiveLimit;
+  if (ibv_modify_srq(srq_, &a, IBV_SRQ_LIMIT) == 0) receive_limit_armed_ = true;
+}
+
+void VerbsTransport::on_receive_limit() {
+  receive_limit_armed_ = false;
+  ++counters_.receive_queue_low;
+  if (counters_.receive_queue_low == 1) {
+    log::info("verbs: the shared receive queue fell to " + std::to_string(kReceiveLimit) + " of " +
+              std::to_string(receives_posted_) + " receives (" + std::to_string(connected_) +
+              " peers connected, " + std::to_string(grant_) + " credits each)");
+  }
+}
+
+bool VerbsTransport::take_receive_credit(int peer) {
+  Peer& p = peers_[peer];
+  uint64_t back = 0;
+  __atomic_load(reinterpret_cast<const uint64_t*>(p.eager.block +
+                                                  eager_ring::receives_in_offset(p.eager.slots)),
+                &back, __ATOMIC_ACQUIRE);
+  // A count above what we used is a lie that would only cost the peer its own receives; it is
+  // capped all the same.
+  back = std::min(back, p.credits.used);
+  if (!p.credits.may_take(back)) {
+    ++counters_.credit_waits;
+    return false;
+  }
+  ++p.credits.used;
+  return true;
+}
+
+void VerbsTransport::hand_back_credits() {
+  std::erase_if(owing_, [&](int peer) {
+    Peer& p = peers_[peer];
+    if (p.failure) return true;
+    if (!p.credits.owes_credits()) return false;
+    p.credits.handed_back = p.credits.arrived;
+    ++counters_.receive_credit_writes;
+    write_word(peer, eager_ring::receives_out_offset(p.eager.slots), p.credits.handed_back,
+               eager_ring::receives_in_offset(p.eager.their_block_slots));
+    // A peer asleep with work waiting for these credits wakes to them.
+    if (p.eager.their_slots > 0) wake_if_asleep(peer);
+    return true;
+  });
+}
+
+}  // namespace rdmacoll::transport::verbs_impl
