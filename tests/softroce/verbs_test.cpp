@@ -305,6 +305,33 @@ TEST(Verbs, HundredCallsOnReusedBuffersHitTheRegistrationCache) {
   }));
 }
 
+// The own chunk goes to the peers straight from the registered input while it is copied into
+// the output; an input the NIC cannot register (pages mapped read-only: registration asks for
+// local write) is copied first instead, and the call is as right either way.
+TEST(Verbs, AReadOnlyInputIsGatheredAsAnyOther) {
+  expect_all_ok(run_ranks(3, [](int rank, int world) {
+    require_verbs();
+    const int64_t n = 8192;  // 32 KiB: above the inline limit
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    void* page = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    RANK_CHECK(page != MAP_FAILED, "mmap failed");
+    Tensor out = zeros({world * n}, DType::Float32);
+    for (int iter = 0; iter < 3; ++iter) {
+      RANK_CHECK(::mprotect(page, bytes, PROT_READ | PROT_WRITE) == 0, "mprotect failed");
+      Tensor in = Tensor::view(page, DType::Float32, {n});
+      testing::fill_input(in, rank, iter);
+      RANK_CHECK(::mprotect(page, bytes, PROT_READ) == 0, "mprotect failed");
+      all_gather_into_tensor(out, in);
+      testing::check_gathered(out, world, iter, DType::Float32);
+      Tensor writable = zeros({n}, DType::Float32);  // and a registrable one, alternately
+      testing::fill_input(writable, rank, iter);
+      all_gather_into_tensor(out, writable);
+      testing::check_gathered(out, world, iter, DType::Float32);
+    }
+    ::munmap(page, bytes);
+  }));
+}
+
 // Fresh mappings each call, often at the address just unmapped: a stale registration would
 // point the peer's write at the old pages and the check would see the sentinel.
 // Fresh mappings, usually at the address just unmapped: a stale cached registration would make

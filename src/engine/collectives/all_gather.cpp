@@ -48,9 +48,12 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   // the next call's local copy into the slot must take them back: at 256 KiB on 2 ranks that
   // doubled the out-of-place time (40 vs 20 us). The input is only ever read. The local copy
   // then waits until the first sends are posted, so peers start reading meanwhile.
-  const bool own_from_input = a.local_error.empty() && !inline_path && p > 1 &&
-                              a.in_dtype == a.out_dtype && a.in != own_slot &&
-                              !t.needs_registered_source();
+  // Over verbs the input is registered for it (the cache keeps it for the next call), so the
+  // NIC reads our chunk while the CPU copies it; an input that cannot be registered (read-only
+  // pages) is copied first, as before.
+  bool own_from_input = a.local_error.empty() && !inline_path && p > 1 &&
+                        a.in_dtype == a.out_dtype && a.in != own_slot && chunk > 0;
+  std::shared_ptr<transport::MemoryRegion> input_region;
   bool own_copied = !a.local_error.empty() || (own_slot == a.in && a.in_dtype == a.out_dtype);
   auto copy_own = [&] {
     if (own_copied) return;
@@ -68,6 +71,15 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   std::shared_ptr<Window> window;
   if (a.op == CollectiveOp::AllGather && a.local_error.empty() && !inline_path && chunk > 0) {
     window = find_window(&g, g.digest, out, out_bytes, window_offset);
+  }
+
+  if (own_from_input && !window && t.needs_registered_source()) {
+    try {
+      input_region = t.register_memory(const_cast<void*>(a.in), chunk);
+    } catch (const TransportError&) {
+      own_from_input = false;
+      copy_own();
+    }
   }
 
   transport::Bytes key;
@@ -143,7 +155,9 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     return;
   }
 
-  const SourceView input(const_cast<void*>(a.in), chunk);
+  const SourceView input_view(const_cast<void*>(a.in), chunk);
+  const transport::MemoryRegion& input =
+      input_region ? *input_region : static_cast<const transport::MemoryRegion&>(input_view);
 
   if (!ring) post_arrivals();  // every expected arrival up front
   std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
@@ -172,13 +186,12 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
           transport::write_signal(dst.signal_token, static_cast<uint32_t>(w.first));
       const bool own = own_from_input && w.first == g.rank && w.count == 1;
       if (!own && w.first <= g.rank && g.rank < w.first + w.count) copy_own();
-      call.sends().push_back(
-          {call.guarded([&] {
-             const transport::MemoryRegion& src =
-                 own ? static_cast<const transport::MemoryRegion&>(input) : *region;
-             return t.write(src, own ? 0 : offset, *remotes[w.peer], offset, length, tag);
-           }),
-           w.peer, Pending::Kind::Write, w.first, w.count});
+      call.sends().push_back({call.guarded([&] {
+                                const transport::MemoryRegion& src = own ? input : *region;
+                                return t.write(src, own ? 0 : offset, *remotes[w.peer], offset,
+                                               length, tag);
+                              }),
+                              w.peer, Pending::Kind::Write, w.first, w.count});
     }
   }
   copy_own();
