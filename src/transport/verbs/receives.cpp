@@ -42,7 +42,8 @@ void VerbsTransport::grow_receives() {
   while (receives_posted_ < want) {
     ReceiveChunk chunk;
     chunk.bytes.assign(kReceiveChunk * kCtrlBytes, 0);
-    chunk.mr = ibv_reg_mr(pd_, chunk.bytes.data(), chunk.bytes.size(), IBV_ACCESS_LOCAL_WRITE);
+    constexpr int kReceiveAccess = IBV_ACCESS_LOCAL_WRITE;  // an int: the macro ORs in another enum
+    chunk.mr = ibv_reg_mr(pd_, chunk.bytes.data(), chunk.bytes.size(), kReceiveAccess);
     if (!chunk.mr) throw registration_error(chunk.bytes.size(), errno);
     receive_chunks_.push_back(std::move(chunk));
     // All of it, or what a device with a smaller queue holds.
