@@ -107,7 +107,8 @@ std::vector<Spec> make_registry() {
   r.push_back(count_spec("RDMACOLL_IB_CHUNK", Scope::Rank, "1 MiB", 4096, 1024 * kMiB,
                          "largest RDMA write (bytes); bigger chunks go as several"));
   r.push_back(count_spec("RDMACOLL_IB_QPS_PER_PEER", Scope::Job, "1", 1, 16,
-                         "QPs per peer a write's pieces are dealt over"));
+                         "data QPs per peer a write's pieces are dealt over (control messages "
+                         "have one of their own)"));
   r.push_back(count_spec("RDMACOLL_IB_EAGER_SLOTS", Scope::Rank, "8", 0, 64,
                          "slots of the verbs write ring per connected peer (0: SENDs only)"));
   r.push_back(count_spec("RDMACOLL_MR_CACHE_MB", Scope::Rank, "2048", 0, uint64_t{1} << 30,

@@ -219,10 +219,11 @@ TEST(Verbs, QpsPerPeerMismatchIsRefusedOnEveryRank) {
 }
 
 std::string planned_footprint(uint64_t peers, uint64_t world) {
-  const auto want = transport::verbs_plan::plan(peers, 1);
+  const auto want =
+      transport::verbs_plan::plan(peers, 1, transport::eager_ring::kDefaultSlots, world - 1);
   std::ostringstream os;
   os << "queue_pairs=" << want.queue_pairs << " pinned_control_bytes=" << want.pinned_control_bytes
-     << " cq_entries=" << transport::verbs_plan::cq_entries(world - 1, 1);
+     << " cq_entries=" << want.cq_entries;
   return os.str();
 }
 

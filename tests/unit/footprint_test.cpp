@@ -163,7 +163,7 @@ TEST(VerbsFootprintPlan, GrowsAsLogPForRecursiveDoublingAndStaysFlatForTheRing) 
       const uint64_t bound = 3 * log_p + 2;  // xor 2^k, +- 2^k, the ring's neighbours
       EXPECT_LE(rd.size(), bound) << p << " ranks, rank " << rank;
       const Footprint f = plan(rd.size(), 1);
-      EXPECT_LE(f.queue_pairs, bound) << p << " ranks";
+      EXPECT_LE(f.queue_pairs, 2 * bound) << p << " ranks";  // a data QP and a control QP
       EXPECT_LE(f.pinned_control_bytes, plan(bound, 1).pinned_control_bytes) << p << " ranks";
       EXPECT_LE(f.cq_entries, plan(bound, 1).cq_entries) << p << " ranks";
       const auto every = connection_plan(
@@ -206,7 +206,7 @@ TEST(VerbsFootprintPlan, WhatThePeersShareDoesNotGrowWithP) {
     for (uint64_t lanes : {1u, 2u, 4u}) {
       const uint64_t peers = p - 1;
       const Footprint f = plan(peers, lanes);
-      EXPECT_EQ(f.queue_pairs, peers * lanes);
+      EXPECT_EQ(f.queue_pairs, peers * (lanes + 1));  // and a control QP each
       EXPECT_EQ(f.connected_peers, peers);
       // Each connected peer adds its block and the receives it is granted (in whole chunks),
       // and the receives stop growing at the queue's capacity.
@@ -225,8 +225,8 @@ TEST(VerbsFootprintPlan, WhatThePeersShareDoesNotGrowWithP) {
                 (receives + kSendBuffers) * kCtrlBytes +
                     peers * eager_ring::block_bytes(eager_ring::kDefaultSlots));
       // Room for every send work request that may be in flight, and every receive.
-      EXPECT_EQ(f.cq_entries,
-                std::min<uint64_t>(peers * lanes * kSendDepth, kSendsInFlight) + capacity + 16);
+      EXPECT_EQ(f.cq_entries, std::min<uint64_t>(peers * (lanes + 1) * kSendDepth, kSendsInFlight) +
+                                  capacity + 16);
       EXPECT_LE(f.cq_entries, kSendsInFlight + kMaxReceives + 16);
     }
   }

@@ -81,7 +81,7 @@ void VerbsTransport::handle_receive(const ibv_wc& wc, int peer, int lane, uint32
       it->second.request->complete();
       expects_.erase(it);
     }
-  } else if (lane != 0) {  // control messages travel on lane 0 only
+  } else if (lane != control_lane()) {  // control messages travel on the control QP only
     mark_failed(peer, "rank " + std::to_string(peer) + " sent a control message on data lane " +
                           std::to_string(lane));
   } else {

@@ -11,7 +11,7 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   const uint64_t peers = static_cast<uint64_t>(std::max(world_size - 1, 0));
   // Ranks of a host spread their completion interrupts over the device's vectors.
   const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
-  cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(lanes_));
+  cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(qps_per_peer()));
   cq_ = ibv_create_cq(ctx_, static_cast<int>(cq_size_), nullptr, channel_, vector);
   if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
   // Every QP takes its receives from one shared queue, as UCX's RC transports do; each peer is
@@ -162,8 +162,8 @@ void VerbsTransport::read_fabric_settings() {
             std::to_string(f.pkey_index) + ", MTU " + std::to_string(128 << port_attr_.active_mtu) +
             ", timeout " + std::to_string(f.timeout) + ", retry " + std::to_string(f.retry_count) +
             ", writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
-            std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") + " per peer" +
-            (f.grh_required ? ", GRH required" : ""));
+            std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") +
+            " per peer, and one for control" + (f.grh_required ? ", GRH required" : ""));
 }
 
 std::string VerbsTransport::store_key(const char* what, int from, int to) const {
@@ -175,9 +175,9 @@ void VerbsTransport::touch(int peer) {
   Peer& p = peers_[peer];
   if (p.link != Link::Down || p.failure) return;
   try {
-    p.lanes.resize(static_cast<size_t>(lanes_));
-    Bytes qpns(4 * static_cast<size_t>(lanes_) + kEagerWire);
-    for (int l = 0; l < lanes_; ++l) {
+    p.lanes.resize(static_cast<size_t>(qps_per_peer()));
+    Bytes qpns(4 * static_cast<size_t>(qps_per_peer()) + kEagerWire);
+    for (int l = 0; l < qps_per_peer(); ++l) {
       const uint32_t qpn = create_qp(p.lanes[l]);
       lane_of_qpn_[qpn] = {peer, l};
       std::memcpy(qpns.data() + 4 * l, &qpn, 4);
@@ -186,7 +186,7 @@ void VerbsTransport::touch(int peer) {
     const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block);
     const uint32_t rkey = p.eager.mr->rkey;
     const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
-    uint8_t* e = qpns.data() + 4 * lanes_;
+    uint8_t* e = qpns.data() + 4 * qps_per_peer();
     std::memcpy(e, &ring, 8);
     std::memcpy(e + 8, &rkey, 4);
     std::memcpy(e + 12, &slots, 4);
@@ -228,7 +228,7 @@ bool VerbsTransport::advance(int peer) {
       const std::optional<Bytes> got = connector_->take(store_key("qp", peer, me_));
       if (!got) return false;
       const Bytes& qpns = *got;
-      const size_t want = 4 * static_cast<size_t>(lanes_) + kEagerWire;
+      const size_t want = 4 * static_cast<size_t>(qps_per_peer()) + kEagerWire;
       uint32_t their_slots = 0;
       uint32_t their_grant = 0;
       if (qpns.size() == want) {
@@ -247,8 +247,8 @@ bool VerbsTransport::advance(int peer) {
                               " (is it another build of rdmacoll?)");
         return true;
       }
-      std::memcpy(&p.eager.their_ring, qpns.data() + 4 * lanes_, 8);
-      std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * lanes_ + 8, 4);
+      std::memcpy(&p.eager.their_ring, qpns.data() + 4 * qps_per_peer(), 8);
+      std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * qps_per_peer() + 8, 4);
       p.eager.their_block_slots = static_cast<int>(their_slots);
       p.credits.their_grant = their_grant;
       if (p.eager.slots > 0 && their_slots > 0) {
@@ -259,7 +259,7 @@ bool VerbsTransport::advance(int peer) {
         sleep_announced_ = false;
       }
       delay_for_test(me_);
-      for (int l = 0; l < lanes_; ++l) {
+      for (int l = 0; l < qps_per_peer(); ++l) {
         uint32_t qpn = 0;
         std::memcpy(&qpn, qpns.data() + 4 * l, 4);
         bring_up(peer, l, p.info, qpn);

@@ -42,7 +42,7 @@ constexpr uint64_t cq_entries(uint64_t peers, uint64_t lanes) {
          16;
 }
 
-// For `peers` connected peers with `lanes` QPs each (RDMACOLL_IB_QPS_PER_PEER) and
+// For `peers` connected peers with `lanes` data QPs each (RDMACOLL_IB_QPS_PER_PEER) and
 // `eager_slots` eager slots per peer (RDMACOLL_IB_EAGER_SLOTS), in a world of `world_peers`
 // other ranks (which sets each peer's grant). Pinned control bytes are the receive buffers
 // posted for the connected peers' grants (a chunk of 512 from the start), the shared send
@@ -53,9 +53,10 @@ constexpr Footprint plan(uint64_t peers, uint64_t lanes,
   const uint64_t capacity = receive_capacity(std::max(world_peers, peers));
   const uint64_t receives =
       receives_posted(peers, grant_per_peer(std::max(world_peers, peers), capacity), capacity);
-  return {peers * lanes,
+  // Each peer has `lanes` data QPs and one for control.
+  return {peers * (lanes + 1),
           (receives + kSendBuffers) * kCtrlBytes + peers * eager_ring::block_bytes(eager_slots),
-          cq_entries(std::max(world_peers, peers), lanes), peers};
+          cq_entries(std::max(world_peers, peers), lanes + 1), peers};
 }
 
 }  // namespace rdmacoll::transport::verbs_plan

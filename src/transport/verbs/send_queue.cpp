@@ -53,7 +53,9 @@ bool VerbsTransport::flush(int peer, int lane) {
       ++counters_.signaled;
     }
     const uint32_t number = p.next_number++;
-    st.wr.wr_id = (st.wr.wr_id & ~uint64_t{0xffffffff}) | number;
+    // The lane and number are the queue's to set: a builder knows neither.
+    constexpr uint64_t kLaneAndNumber = (uint64_t{0x3f} << 56) | 0xffffffff;
+    st.wr.wr_id = (st.wr.wr_id & ~kLaneAndNumber) | (static_cast<uint64_t>(lane) << 56) | number;
     p.posted.push_back({st.request, number, signal});
   }
   ++counters_.doorbells;

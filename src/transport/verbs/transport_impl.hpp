@@ -84,9 +84,14 @@ constexpr int kQpTimeout = 20;
 constexpr int kRetryCount = 7;
 // RNR retries before a QP fails (7 would mean without end): see bring_up.
 constexpr int kRnrRetry = 6;
-// RDMACOLL_IB_QPS_PER_PEER: QPs ("lanes") per peer pair. Lane 0 carries control messages and
-// the pieces of small writes; a write of several pieces is striped over the lanes, each lane's
-// last piece carrying the immediate, and the receiver counts one arrival per lane used. On
+// RDMACOLL_IB_QPS_PER_PEER: data QPs ("lanes") per peer pair. A write of several pieces is
+// striped over the lanes, each lane's last piece carrying the immediate, and the receiver counts
+// one arrival per lane used. Control messages (descriptors, point-to-point headers, credits,
+// rings, keepalives) take a QP of their own after the data lanes: on one QP a small call's
+// descriptor waited behind every megabyte posted before it (RC keeps a QP's order), and the
+// NIC serves QPs side by side. Nothing relies on control following data: data is complete by
+// its immediates, and the one message that vouches for earlier writes (a ring call's error
+// report, Call::spread_error) is sent only once they have completed. On
 // fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
 constexpr int kMaxLanes = 16;
@@ -270,7 +275,7 @@ class VerbsTransport final : public Transport {
   // perftest and NCCL's net_ib note. Nothing blocks: progress() looks at the store.
   enum class Link : uint8_t { Down, Offered, Up, Ready };
   struct Peer {
-    std::vector<Lane> lanes;  // lane 0 carries control messages; made on first use
+    std::vector<Lane> lanes;  // the data lanes, then the control QP; made on first use
     Link link = Link::Down;
     WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
     std::optional<std::string> failure;
@@ -431,14 +436,14 @@ class VerbsTransport final : public Transport {
   // `our_offset` (registered with the ring); a request nobody waits for.
   void write_word(int peer, size_t our_offset, uint64_t value, size_t their_offset);
 
-  // A one-piece write on lane 0 that no caller waits for (keepalives, rings, credits, sleep
+  // A one-piece write on the control QP that no caller waits for (keepalives, rings, credits, sleep
   // epochs): `fill` sets the opcode and what it writes; its completion only retires it.
   template <typename Fill>
   void post_unawaited_write(int peer, Fill fill) {
     auto req = std::make_shared<VerbsRequest>(peer);
     const uint64_t id = track(req);
     ++req->pieces;
-    submit(peer, 0, [peer, id, fill](Staged& st) {
+    submit(peer, control_lane(), [peer, id, fill](Staged& st) {
       st.wr.wr_id = make_wr_id(kWriteWr, peer, 0);
       st.request = id;
       fill(st);
@@ -516,7 +521,9 @@ class VerbsTransport final : public Transport {
   FabricSettings fabric_;
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
-  int lanes_ = 1;
+  int lanes_ = 1;  // data lanes
+  int control_lane() const { return lanes_; }
+  int qps_per_peer() const { return lanes_ + 1; }
   int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
   uint64_t credit_every_ = 1;                    // messages taken per credit write
   bool hold_credits_ = false;                    // a test's: credits never go back

@@ -130,7 +130,7 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
   VerbsRequest* const r = req.get();
   // Into the peer's eager slots while it has one free, else a SEND (decided when the work
   // request is built: the peer's slots are known once the pair has connected).
-  submit(peer, 0, [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
+  submit(peer, control_lane(), [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
     Peer& p = peers_[peer];
     const bool eager = eager_slot_free(p);
     // A SEND takes one of the peer's receives: not without a credit for it.
