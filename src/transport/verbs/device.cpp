@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -88,7 +89,10 @@ int sysfs_traffic_class(const std::string& device, int port) {
   if (digits == std::string::npos) return -1;
   auto first = text.find_last_not_of("0123456789", digits);
   first = first == std::string::npos ? 0 : first + 1;
-  const int tc = std::atoi(text.substr(first, digits - first + 1).c_str());
+  int tc = -1;  // from_chars: a run of digits too long for an int is refused, not undefined
+  const char* begin = text.data() + first;
+  const char* end = text.data() + digits + 1;
+  if (std::from_chars(begin, end, tc).ptr != end) return -1;
   return tc >= 0 && tc <= 255 ? tc : -1;
 }
 
