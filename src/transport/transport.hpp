@@ -215,7 +215,7 @@ class Transport {
     uint64_t eager_rings = 0;          // wake-ups rung at peers that announced a sleep
     uint64_t eager_late = 0;  // eager messages found after a sleep that ran to its timeout (0)
     uint64_t receive_credit_writes = 0;  // receive credits handed back to peers
-    uint64_t credit_waits = 0;           // receive-taking requests held back for want of a credit
+    uint64_t credit_waits = 0;           // tries to build a receive-taking request without a credit
     uint64_t receive_queue_low = 0;      // the shared receive queue's low-water events
   };
   virtual Counters counters() const { return {}; }

@@ -17,26 +17,6 @@ uint32_t VerbsTransport::recv_lkey(int slot) const {
   return receive_chunks_[static_cast<uint64_t>(slot) / kReceiveChunk].mr->lkey;
 }
 
-namespace {
-
-// Posts `slots` as one chain (one call, one doorbell where the provider rings one).
-int post_chain(ibv_srq* srq, const std::vector<int>& slots,
-               const std::function<ibv_sge(int)>& sge_of) {
-  std::vector<ibv_sge> sges(slots.size());
-  std::vector<ibv_recv_wr> wrs(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) {
-    sges[i] = sge_of(slots[i]);
-    wrs[i].wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slots[i]));
-    wrs[i].sg_list = &sges[i];
-    wrs[i].num_sge = 1;
-    wrs[i].next = i + 1 < slots.size() ? &wrs[i + 1] : nullptr;
-  }
-  ibv_recv_wr* bad = nullptr;
-  return slots.empty() ? 0 : ibv_post_srq_recv(srq, wrs.data(), &bad);
-}
-
-}  // namespace
-
 void VerbsTransport::grow_receives() {
   const uint64_t want = verbs_plan::receives_posted(connected_, grant_, receive_capacity_);
   while (receives_posted_ < want) {
@@ -57,10 +37,23 @@ void VerbsTransport::grow_receives() {
 
 void VerbsTransport::repost_receives() {
   if (repost_.empty()) return;
-  const int e = post_chain(srq_, repost_, [this](int slot) {
-    return ibv_sge{reinterpret_cast<uint64_t>(recv_buffer(slot)), static_cast<uint32_t>(kCtrlBytes),
-                   recv_lkey(slot)};
-  });
+  // One chain (one call, one doorbell where the provider rings one), built in arrays the
+  // transport keeps: this runs on every progress() that took a receive.
+  const size_t n = repost_.size();
+  repost_sges_.resize(n);
+  repost_wrs_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int slot = repost_[i];
+    repost_sges_[i] = {reinterpret_cast<uint64_t>(recv_buffer(slot)),
+                       static_cast<uint32_t>(kCtrlBytes), recv_lkey(slot)};
+    repost_wrs_[i] = {};
+    repost_wrs_[i].wr_id = make_wr_id(kRecvWr, 0, static_cast<uint32_t>(slot));
+    repost_wrs_[i].sg_list = &repost_sges_[i];
+    repost_wrs_[i].num_sge = 1;
+    repost_wrs_[i].next = i + 1 < n ? &repost_wrs_[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  const int e = ibv_post_srq_recv(srq_, repost_wrs_.data(), &bad);
   repost_.clear();
   if (e) {
     for (int r = 0; r < world_; ++r) {

@@ -492,6 +492,8 @@ class VerbsTransport final : public Transport {
   uint32_t grant_ = 0;
   uint64_t receives_posted_ = 0;
   std::vector<int> repost_;
+  std::vector<ibv_sge> repost_sges_;  // repost_receives' chain, kept between calls
+  std::vector<ibv_recv_wr> repost_wrs_;
   std::vector<int> owing_;  // peers a receive came from since credits were last handed back
   bool receive_limit_armed_ = false;
   std::vector<Peer> peers_;
