@@ -11,6 +11,11 @@
 //    the recursive-doubling all-gather's own peers.
 //  - RingStep: Bruck's first round, to the ring predecessor and from the successor, which is all
 //    a ring call needs (it writes to its successor only).
+//  - Rooted (rooted_schedule): what gather, scatter and reduce need, where only the root needs
+//    every descriptor and the others need the root's alone. A binomial gather to the root, then
+//    a binomial broadcast of the root's chunk (its descriptor or its verdict) back down the same
+//    tree: a descriptor moves once per level it climbs, at most (p / 2) log2 p in all, where the
+//    all-gather moves p (p - 1).
 
 #include <vector>
 
@@ -23,6 +28,13 @@ enum class ServiceRounds { Direct, Bruck, RecursiveDoubling, RingStep };
 // The descriptor all-gather of group rank `rank`; `order` is the ring order for Bruck and the
 // ring step, the virtual order for recursive doubling (ignored by Direct).
 Schedule descriptor_schedule(ServiceRounds rounds, const std::vector<int>& order, int rank);
+
+// The rooted rounds of group rank `rank` for root `root`, 2 ceil(log2 p) steps, in positions v =
+// (position in `order` - the root's) mod p: the first ceil(log2 p) gather (step k: v whose
+// lowest set bit is 2^k sends its subtree [v, v + 2^k) to v - 2^k; the subtree's chunks are
+// contiguous in `order`), the last ceil(log2 p) send chunk `root` back down, largest subtree
+// first. Over all roots a rank's peers are order's position +- 2^k: Bruck's.
+Schedule rooted_schedule(const std::vector<int>& order, int root, int rank);
 
 // The most descriptors one round carries to or from one peer.
 int largest_round(const Schedule& s);
