@@ -70,8 +70,9 @@ std::vector<Spec> make_registry() {
                           "hosts (docs/design.md), `direct` (pairwise), `bruck` (log p rounds)"));
   r.push_back(choice_spec("RDMACOLL_DESCRIPTORS", Scope::Job, {"auto", "direct", "bruck"},
                           "how each call's descriptors travel when no mailbox carries them: "
-                          "`auto` (log p rounds across hosts, one direct round on one host), "
-                          "`direct`, `bruck`"));
+                          "`auto` (log p rounds across hosts, one direct round on one host; "
+                          "gather, scatter and reduce up a tree to the root and back), "
+                          "`direct`, `bruck` (every call all-gathers them)"));
   r.push_back(choice_spec("RDMACOLL_TOPOLOGY", Scope::Job, {"auto", "flat"},
                           "`auto`: host-aware rank orders; `flat`: no reordering"));
   r.push_back(text_spec("RDMACOLL_HOST_ID", Scope::Rank, "hostname",

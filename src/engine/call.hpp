@@ -117,6 +117,7 @@ class Call {
   void note_error(const std::string& reason) const {
     if (error_text_.empty()) error_text_ = reason;
   }
+  const std::string& noted_error() const { return error_text_; }
 
   // Waits until list[begin, end) is complete; throws PeerFailure or Timeout (and marks the
   // group broken, since ranks may now be out of step).

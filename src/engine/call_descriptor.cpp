@@ -33,7 +33,8 @@ struct Fixed {
   uint64_t slot_addr;
   uint8_t slots_mapped;
   uint8_t reduce_op;
-  uint8_t reserved[2];
+  uint8_t refused;
+  uint8_t group_broken;
   uint32_t slot_capacity;
   uint64_t total_numel;
   int32_t root;
@@ -116,7 +117,8 @@ size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
                 slot_addr,
                 static_cast<uint8_t>(slots_mapped ? 1 : 0),
                 reduce_op,
-                {},
+                static_cast<uint8_t>(refused),
+                static_cast<uint8_t>(group_broken ? 1 : 0),
                 slot_capacity,
                 total_numel,
                 root,
@@ -171,6 +173,9 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
     throw TransportError("malformed call descriptor: " + std::to_string(length) + " bytes");
   }
   std::memcpy(&f, data, sizeof f);
+  if (f.refused > static_cast<uint8_t>(Refusal::TransportError) || f.group_broken > 1) {
+    throw TransportError("malformed call descriptor (refusal " + std::to_string(f.refused) + ")");
+  }
   if (f.magic != kMagic || sizeof f + static_cast<size_t>(f.key_len) + f.error_len +
                                    f.slot_key_len + f.splits_len + f.inline_len !=
                                length) {
@@ -201,6 +206,8 @@ CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
   d.slots_mapped = f.slots_mapped != 0;
   d.slot_capacity = f.slot_capacity;
   d.reduce_op = f.reduce_op;
+  d.refused = static_cast<Refusal>(f.refused);
+  d.group_broken = f.group_broken != 0;
   d.total_numel = f.total_numel;
   d.root = f.root;
   d.global_rank = f.global_rank;

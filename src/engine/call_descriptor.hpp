@@ -37,6 +37,11 @@ struct CallDescriptor {
   int32_t rank = -1;  // group rank of the sender
   CollectiveOp op = CollectiveOp::AllGather;
   bool ok = true;  // false: the sender rejected its own arguments; `error` says why
+  // A rooted exchange's verdict (control_plane.hpp, exchange_rooted): the root refused the call
+  // for the reason in `error`; what its members raise, and whether the root's group broke.
+  enum class Refusal : uint8_t { None = 0, InvalidArgument = 1, TransportError = 2 };
+  Refusal refused = Refusal::None;
+  bool group_broken = false;  // with a refusal: the root marked the group unusable
   uint8_t in_dtype = 0;
   uint8_t out_dtype = 0;
   uint64_t in_numel = 0;

@@ -2,6 +2,7 @@
 // The control plane (control_plane.cpp): a call's descriptors, all-gathered on a service
 // schedule over control messages, or through the group's mailbox on one host.
 
+#include <functional>
 #include <vector>
 
 #include "engine/call.hpp"
@@ -30,5 +31,23 @@ enum class DescriptorsNeeded { All, Successor };
 const std::vector<CallDescriptor>& exchange_descriptors(
     transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
     DescriptorsNeeded needed = DescriptorsNeeded::All);
+
+// The checks a rooted call's root runs on every descriptor before anyone writes: it throws
+// (InvalidArgument through reject(), or TransportError) to refuse the call.
+using Verdict = std::function<void(const std::vector<CallDescriptor>&)>;
+
+// gather, scatter and reduce, where only the root needs every descriptor: where descriptors
+// travel as messages in log-p rounds (across hosts, or without the mailbox), they take the
+// rooted rounds (schedule/service.hpp: a binomial gather to `root`, then the root's descriptor
+// back down), the root runs `verdict` on them all, and a refusal travels down in place of its
+// descriptor, so every member raises the root's words (a member that rejected its own arguments
+// raises its own). Ring neighbours check each other first, so ranks that name different roots
+// (different trees) raise rather than wait (exchange_rooted in control_plane.cpp). Elsewhere
+// the descriptors are all-gathered and every rank runs `verdict`.
+// Either way a rank that rejected its arguments raises that first, and on return the entries of
+// `root` and this rank are valid (every entry on the root).
+const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, GroupState& g,
+                                                   Call& call, const CallDescriptor& mine, int root,
+                                                   const Verdict& verdict);
 
 }  // namespace rdmacoll::engine

@@ -42,6 +42,7 @@ struct CallScratch {
   std::vector<int> round_chunks;                 // the group ranks a round moves
   // The descriptor rounds' service schedules (schedule/service.hpp), made once per group.
   std::map<schedule::ServiceRounds, schedule::Schedule> service_schedules;
+  std::map<int, schedule::Schedule> rooted_schedules;  // by root: gather, scatter, reduce
   // The public API's list forms gather here before copying out (api/staging.hpp).
   std::vector<uint8_t> list_in, list_out;
   int order_position = -1;  // this rank's place in GroupState::order

@@ -33,6 +33,8 @@ TEST(CallDescriptor, RoundTrip) {
   d.slot_key = key;
   d.slot_capacity = 4224;
   d.slots_mapped = true;
+  d.refused = CallDescriptor::Refusal::TransportError;
+  d.group_broken = true;
   const auto bytes = d.serialize();
   CallDescriptor e = CallDescriptor::parse(bytes.data(), bytes.size());
   EXPECT_EQ(e.seq, 77u);
@@ -48,6 +50,8 @@ TEST(CallDescriptor, RoundTrip) {
   EXPECT_EQ(std::vector<uint8_t>(e.slot_key.begin(), e.slot_key.end()), key);
   EXPECT_EQ(e.slot_capacity, 4224u);
   EXPECT_TRUE(e.slots_mapped);
+  EXPECT_EQ(e.refused, CallDescriptor::Refusal::TransportError);
+  EXPECT_TRUE(e.group_broken);
 }
 
 TEST(CallDescriptor, SerializeIntoReusesTheBufferAndEnforcesTheLimit) {
@@ -92,6 +96,17 @@ TEST(CallDescriptor, RejectsMalformed) {
   bytes[0] ^= 0xff;
   EXPECT_THROW(CallDescriptor::parse(bytes.data(), bytes.size()), TransportError);
   EXPECT_THROW(CallDescriptor::parse(bytes.data(), 3), TransportError);
+}
+
+TEST(CallDescriptor, RejectsARefusalOfNoKnownKind) {
+  CallDescriptor d;
+  d.refused = CallDescriptor::Refusal::InvalidArgument;
+  auto bytes = d.serialize();
+  EXPECT_NO_THROW(CallDescriptor::parse(bytes.data(), bytes.size()));
+  CallDescriptor e;
+  e.refused = static_cast<CallDescriptor::Refusal>(3);
+  bytes = e.serialize();
+  EXPECT_THROW(CallDescriptor::parse(bytes.data(), bytes.size()), TransportError);
 }
 
 TEST(CallDescriptor, TagsAreDistinctPerKindGroupSeqIndex) {

@@ -263,6 +263,89 @@ TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
   }
 }
 
+// Across hosts a rooted call's descriptors climb a binomial tree to the root and its verdict
+// comes back down, after each rank checked its ring neighbour's: 2 (p - 1) + p messages a call
+// in all, each descriptor (an inline chunk with it) crossing at most log2 p links, where their
+// all-gather takes p ceil(log2 p) messages and brings every chunk to every rank.
+TEST(EngineInProcess, RootedCallsAcrossHostsSendEachDescriptorUpTheTreeAndTheVerdictDown) {
+  for (int p : {3, 5, 8, 13}) {
+    std::atomic<uint64_t> messages{0};
+    int calls = 0;
+    run_world(p, hosts_for(p, 1), [&](RankContext& c) {
+      const int root = (c.p * 2) / 3;
+      int made = 0;
+      for (int64_t n : {int64_t{3}, int64_t{1000}}) {
+        const std::string at = " n=" + std::to_string(n) + " p=" + std::to_string(c.p);
+        Tensor in = zeros({n}, DType::Float64), all = zeros({c.p * n}, DType::Float64);
+        for (int64_t i = 0; i < n; ++i)
+          in.set(i, value_of(c.rank, i, 0));
+        const auto t = c.group.transport.lock();
+        const uint64_t before = t->control_messages_sent();
+        c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
+                        n, root, "");
+        for (int r = 0; c.rank == root && r < c.p; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);
+        Tensor piece = zeros({n}, DType::Float64);
+        c.engine.scatter(c.group, piece.data(), c.rank == root ? all.data() : nullptr,
+                         DType::Float64, n, root, "");
+        for (int64_t i = 0; i < n; ++i)
+          check(piece.item(i) == value_of(c.rank, i, 0), "scatter" + at);
+        messages += t->control_messages_sent() - before;
+        made += 2;
+      }
+      if (c.rank == 0) calls = made;
+    });
+    EXPECT_EQ(messages.load(), static_cast<uint64_t>(calls) * (2 * (p - 1) + p)) << "p " << p;
+  }
+}
+
+// The root judges a rooted call: every rank raises its words before anything is written (a
+// rank that rejected its own arguments raises its own), the group goes on; across hosts (the
+// rooted rounds) and on one host (the mailbox: every rank judges).
+TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
+  for (int p : {3, 5, 8}) {
+    for (int per_host : {1, 0}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        const int root = 1;
+        for (int bad : {c.p - 1, root}) {
+          for (int64_t n : {int64_t{3}, int64_t{5000}}) {
+            const std::string at = " bad=" + std::to_string(bad) + " n=" + std::to_string(n);
+            Tensor in = zeros({n + 1}, DType::Float32),
+                   all = zeros({c.p * (n + 1)}, DType::Float32);
+            for (int64_t i = 0; i < c.p * (n + 1); ++i)
+              all.set(i, -1);
+            // A rank that passes another size: every rank names the disagreement.
+            try {
+              c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(),
+                              DType::Float32, c.rank == bad ? n + 1 : n, root, "");
+              check(false, "no error" + at);
+            } catch (const InvalidArgument& e) {
+              check(std::string(e.what()).find("ranks disagree") != std::string::npos,
+                    "the disagreement is named" + at + ": " + e.what());
+            }
+            for (int64_t i = 0; i < c.p * (n + 1); ++i)
+              check(all.item(i) == -1, "a refused gather wrote" + at);
+            // A rank that rejected its own arguments: it raises its own words, the rest its.
+            try {
+              c.engine.scatter(c.group, in.data(), c.rank == root ? all.data() : nullptr,
+                               DType::Float32, n, root, c.rank == bad ? "my own mistake" : "");
+              check(false, "no error" + at);
+            } catch (const InvalidArgument& e) {
+              const std::string what = e.what();
+              check(what.find("my own mistake") != std::string::npos,
+                    "the reason travels" + at + ": " + what);
+              check((what.find("rejected its arguments") != std::string::npos) == (c.rank != bad),
+                    "the rank that rejected raises its own words" + at + ": " + what);
+            }
+            gather_checked(c, n, 0);  // the group goes on
+          }
+        }
+      });
+    }
+  }
+}
+
 // An all_to_all where rank i sends rank j count(i, j) float64, the value naming (i, j, e);
 // checked element by element, and untouched when the call raises InvalidArgument.
 template <typename Count>

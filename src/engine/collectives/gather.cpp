@@ -42,15 +42,13 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
   const bool root = g.rank == a.root;
   const size_t chunk = static_cast<size_t>(a.n) * element_size(a.dtype);
   const bool usable = a.local_error.empty();
-  if (root && usable && chunk > 0 && a.in != a.out + a.root * chunk) {
-    std::memcpy(a.out + a.root * chunk, a.in, chunk);
-  }
   Call call(t, g, name, e.spin());
   std::shared_ptr<transport::MemoryRegion> region;  // the root's output, once registered
   call.run(
       [&] {
         if (p == 1) {
           if (!usable) throw InvalidArgument(call.where() + ": " + a.local_error);
+          if (chunk > 0 && a.in != a.out) std::memcpy(a.out, a.in, chunk);
           return;
         }
         const bool inline_path =
@@ -87,21 +85,26 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
             }
           }
         }
-        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
-        if (!usable) throw InvalidArgument(call.where() + ": " + a.local_error);
-        check_descriptors(call, all);
+        // The root judges every descriptor before anyone writes (exchange_rooted).
+        const Verdict verdict = [&](const std::vector<CallDescriptor>& all) {
+          check_descriptors(call, all);
+          if (chunk == 0) return;
+          check_paths(call, all, a.root, inline_path);
+          if (!inline_path) return;
+          for (int r = 0; r < p; ++r) {
+            if (r == a.root || all[r].inline_data.size() == chunk) continue;
+            throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) +
+                                 " sent " + std::to_string(all[r].inline_data.size()) +
+                                 " inline bytes, expected " + std::to_string(chunk));
+          }
+        };
+        const std::vector<CallDescriptor>& all = exchange_rooted(t, g, call, mine, a.root, verdict);
         if (chunk == 0) return;
-        check_paths(call, all, a.root, inline_path);
-        if (root) {
+        if (root) {  // our own chunk only now: a refused call writes nothing
+          if (a.in != a.out + a.root * chunk) std::memcpy(a.out + a.root * chunk, a.in, chunk);
           if (inline_path) {
             for (int r = 0; r < p; ++r) {
-              if (r == a.root) continue;
-              if (all[r].inline_data.size() != chunk) {
-                throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) +
-                                     " sent " + std::to_string(all[r].inline_data.size()) +
-                                     " inline bytes, expected " + std::to_string(chunk));
-              }
-              std::memcpy(a.out + r * chunk, all[r].inline_data.data(), chunk);
+              if (r != a.root) std::memcpy(a.out + r * chunk, all[r].inline_data.data(), chunk);
             }
           } else {
             call.wait(call.recvs(), 0, call.recvs().size());

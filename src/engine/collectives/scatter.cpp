@@ -41,15 +41,13 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
   const auto* in = static_cast<const uint8_t*>(in_ptr);
   const size_t chunk = static_cast<size_t>(n) * element_size(dtype);
   const bool usable = local_error.empty();
-  if (root && usable && chunk > 0 && out != in + root_rank * chunk) {
-    std::memcpy(out, in + root_rank * chunk, chunk);
-  }
   Call call(transport_, g, "scatter", spin_);
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
   call.run(
       [&] {
         if (p == 1) {
           if (!usable) throw InvalidArgument(call.where() + ": " + local_error);
+          if (chunk > 0 && out != in) std::memcpy(out, in, chunk);
           return;
         }
         transport::Transport& t = transport_;
@@ -82,11 +80,22 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
                                     root_rank, Pending::Kind::Arrival, g.rank, 1});
           }
         }
-        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
-        if (!usable) throw InvalidArgument(call.where() + ": " + local_error);
-        check_descriptors(call, all);
+        // The root judges every descriptor before anyone writes (exchange_rooted).
+        const Verdict verdict = [&](const std::vector<CallDescriptor>& all) {
+          check_descriptors(call, all);
+          if (chunk == 0) return;
+          check_paths(call, all, root_rank, inline_path);
+          for (int j = 0; j < p && !inline_path; ++j) {
+            // never write outside what a member advertised
+            if (j == root_rank || chunk <= all[j].out_bytes) continue;
+            throw TransportError(call.where() + ": refusing to write " + std::to_string(chunk) +
+                                 " bytes into rank " + std::to_string(call.global(j)) +
+                                 "'s output of " + std::to_string(all[j].out_bytes) + " bytes");
+          }
+        };
+        const std::vector<CallDescriptor>& all =
+            exchange_rooted(t, g, call, mine, root_rank, verdict);
         if (chunk == 0) return;
-        check_paths(call, all, root_rank, inline_path);
         if (!root) {
           if (inline_path) {
             const auto& data = all[root_rank].inline_data;
@@ -102,6 +111,8 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
           }
           return;
         }
+        // Our own piece only now: a refused call writes nothing.
+        if (out != in + root_rank * chunk) std::memcpy(out, in + root_rank * chunk, chunk);
         if (inline_path) return;
         std::shared_ptr<transport::MemoryRegion> source;
         if (t.needs_registered_source()) {
@@ -112,12 +123,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
         for (int i = 1; i < p; ++i) {
           const int j = (root_rank + i) % p;
-          const CallDescriptor& dst = all[j];
-          if (chunk > dst.out_bytes) {  // never write outside what the member advertised
-            throw TransportError(call.where() + ": refusing to write " + std::to_string(chunk) +
-                                 " bytes into rank " + std::to_string(call.global(j)) +
-                                 "'s output of " + std::to_string(dst.out_bytes) + " bytes");
-          }
+          const CallDescriptor& dst = all[j];  // its bounds checked by the verdict
           remotes[j] = call.guarded([&] {
             return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
           });
