@@ -1,0 +1,218 @@
+// The control plane's messages: see descriptor_messages.hpp.
+
+#include "engine/descriptor_messages.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "engine/control_plane.hpp"
+#include "engine/descriptor_round.hpp"
+#include "schedule/schedule.hpp"
+
+namespace rdmacoll::engine {
+
+// Parses and checks one peer's descriptor of this call; views `data`.
+CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* data, size_t length) {
+  CallDescriptor d = CallDescriptor::parse(data, length);
+  if (d.group_digest != g.digest) {
+    // Nothing was written yet, but the ranks hold different groups under one id: no later
+    // call on it can be trusted either.
+    const std::string why =
+        "ranks disagree on the group: world rank " + std::to_string(d.global_rank) +
+        " sent this call as group rank " + std::to_string(d.rank) + " of " +
+        std::to_string(d.group_size) + " in the group of its new_group call #" +
+        std::to_string(d.group_creation) + ", this rank (world rank " +
+        std::to_string(g.global_rank) + ") is in " + g.describe() + " of its new_group call #" +
+        std::to_string(g.creation) +
+        "; every rank must call new_group with the same ranks, in the same order";
+    g.broken = why;
+    throw InvalidArgument(call.where() + ": " + why);
+  }
+  if (d.seq != call.seq() || d.group != g.id || d.rank != peer) {
+    throw TransportError(call.where() + ": descriptor from rank " +
+                         std::to_string(call.global(peer)) + " is for another call (group " +
+                         std::to_string(d.group) + ", call #" + std::to_string(d.seq) + ")");
+  }
+  return d;
+}
+
+// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
+// but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
+// The result lives in the group's scratch and views the buffers the messages arrived in (receive
+// buffers or eager slots): valid until the group's next call.
+const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
+                                                     const CallDescriptor& mine,
+                                                     const uint8_t* const* messages,
+                                                     const size_t* lengths, int parsed) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  s.descriptors.resize(p);
+  s.descriptors[g.rank] = mine;
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == g.rank || peer == parsed) continue;
+    s.descriptors[peer] = parse_one(g, call, peer, messages[peer], lengths[peer]);
+  }
+  return s.descriptors;
+}
+
+// The service schedule of a group's descriptor rounds (schedule/service.hpp), made once.
+const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRounds rounds) {
+  auto& cached = g.scratch.service_schedules;
+  auto it = cached.find(rounds);
+  if (it == cached.end()) {
+    const std::vector<int>& order =
+        rounds == schedule::ServiceRounds::RecursiveDoubling ? g.order : g.ring_order;
+    it = cached.emplace(rounds, schedule::descriptor_schedule(rounds, order, g.rank)).first;
+  }
+  return it->second;
+}
+
+// Across hosts the descriptors take log-p rounds of an all-gather, where the direct round
+// sends p - 1 messages (at 1024 ranks an 8-byte call sent 1023 per rank): recursive doubling
+// where p is a power of two, so a rank talks only to rank xor 2^k in its virtual order, the
+// peers of the recursive-doubling all-gather itself; Bruck's all-gather (ring position +- 2^k)
+// otherwise. Over verbs, where QPs are made on first use, those are the peers a rank connects.
+// On one host the direct round stays while the group's eager slots may carry the descriptors:
+// its messages are parallel copies through shared memory with no chain of dependent rounds,
+// and after the group's first calls the slots replace them. Where the slots are off (UCX
+// without shared memory, verbs) the messages are real ones and the rounds' fewer win: 4 ranks
+// over TCP on one host, 32 B, 54-55 us per call direct, 34-45 us Bruck (Open MPI 33-52); on
+// one host the rounds are taken only where each is one message, as it was measured.
+// Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
+Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t capacity) {
+  const int p = g.size();
+  const DescriptorExchange mode = descriptor_exchange();
+  if (p <= 2 || mode == DescriptorExchange::Direct) return Rounds::Direct;
+  // Bruck's rounds are the largest of the two (recursive doubling's are at most as large).
+  const auto largest = static_cast<size_t>(
+      schedule::largest_round(service_schedule(g, schedule::ServiceRounds::Bruck)));
+  if (static_cast<uint64_t>(p) * (largest + 1) >= kTagIndexLimit) return Rounds::Direct;
+  const bool fits =
+      mode == DescriptorExchange::Auto && g.hosts <= 1
+          ? g.scratch.slots.state() == EagerSlots::State::Off &&
+                kRoundMessageHeader + largest * (capacity + 4) <= t.max_message_bytes()
+          : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();
+  if (!fits) return Rounds::Direct;
+  return schedule::is_power_of_two(p) && mode != DescriptorExchange::Bruck
+             ? Rounds::RecursiveDoubling
+             : Rounds::Bruck;
+}
+
+// The chunks (group ranks) a step moves to or from `peer`, in the order both sides pack them.
+std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, int peer,
+                              std::vector<int>& out) {
+  out.clear();
+  for (const schedule::Transfer& t : transfers) {
+    if (t.peer != peer) continue;
+    for (int c = t.first; c < t.first + t.count; ++c)
+      out.push_back(c);
+  }
+  return out;
+}
+
+// Sends the descriptors of group ranks `chunks` to `to`.
+void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
+                const std::vector<int>& chunks, std::vector<uint8_t>& out) {
+  CallScratch& s = g.scratch;
+  std::vector<size_t>& starts = s.round_pieces;
+  pack_round(
+      static_cast<int>(chunks.size()),
+      [&](int i) {
+        const int r = chunks[static_cast<size_t>(i)];
+        return std::span<const uint8_t>(s.incoming[r], s.incoming_lengths[r]);
+      },
+      t.max_message_bytes(), out, starts);
+  for (size_t j = 0; j < starts.size(); ++j) {
+    const size_t end = j + 1 < starts.size() ? starts[j + 1] : out.size();
+    RequestPtr req = call.guarded([&] {
+      return t.send(call.global(to),
+                    make_tag(TagKind::Descriptor, g.id, call.seq(),
+                             piece_index(g.rank, static_cast<uint32_t>(j), g.size())),
+                    out.data() + starts[j], end - starts[j]);
+    });
+    if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
+  }
+}
+
+// Receives the descriptors of group ranks `chunks` from `from`; a message that is not one the
+// sender could have packed fails the call.
+void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
+                   const std::vector<int>& chunks, size_t capacity) {
+  CallScratch& s = g.scratch;
+  const int p = g.size();
+  const int n = static_cast<int>(chunks.size());
+  int received = 0;
+  auto take = [&](int i, std::span<const uint8_t> d) {
+    const int r = chunks[static_cast<size_t>(i)];
+    std::memcpy(s.receive[r].data(), d.data(), d.size());  // capacity long
+    s.incoming[r] = s.receive[r].data();
+    s.incoming_lengths[r] = d.size();
+  };
+  for (uint32_t piece = 0;; ++piece) {
+    const size_t recv_at = call.recvs().size();
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(call.global(from),
+                                            make_tag(TagKind::Descriptor, g.id, call.seq(),
+                                                     piece_index(from, piece, p)),
+                                            s.round_receive.data(), s.round_receive.size());
+                            }),
+                            from, Pending::Kind::Descriptor});
+    call.wait(call.recvs(), recv_at, recv_at + 1);
+    const std::span<const uint8_t> message(s.round_receive.data(),
+                                           call.recvs()[recv_at].req->length());
+    // A round a failed call sent to a rank that had left it (ring-step mode) stays unreceived;
+    // its tag comes back 2^24 calls later. Such a leftover is dropped, and the receive posted
+    // again for this call's message.
+    uint64_t seq = 0;
+    if (message.size() > kRoundMessageHeader + 4 &&
+        CallDescriptor::peek_seq(message.data() + kRoundMessageHeader + 4,
+                                 message.size() - kRoundMessageHeader - 4, seq) &&
+        seq < call.seq()) {
+      call.recvs().pop_back();
+      --piece;
+      continue;
+    }
+    bool more = false;
+    try {
+      more = parse_round_message(message, n, received, capacity, take);
+    } catch (const TransportError& e) {
+      throw TransportError(call.where() + ": malformed descriptor round from rank " +
+                           std::to_string(call.global(from)) + " (message " +
+                           std::to_string(piece) + ", the round carries " + std::to_string(n) +
+                           " descriptors): " + e.what());
+    }
+    if (!more) break;
+  }
+  if (received != n) {
+    throw TransportError(call.where() + ": descriptor round from rank " +
+                         std::to_string(call.global(from)) + " carried " +
+                         std::to_string(received) + " descriptors, not " + std::to_string(n));
+  }
+}
+
+// Our descriptor as every member sends it: the group it means stamped in.
+CallDescriptor stamped(const GroupState& g, const CallDescriptor& in) {
+  CallDescriptor mine = in;
+  mine.global_rank = g.global_rank;
+  mine.group_size = static_cast<uint32_t>(g.size());
+  mine.group_creation = g.creation;
+  mine.group_digest = g.digest;
+  return mine;
+}
+
+// Sized for the largest descriptor any member may send: header, key, error and an eager chunk.
+// Allocated once per group. Returns that capacity.
+size_t ready_receive_buffers(const transport::Transport& t, GroupState& g) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));
+  if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
+    s.receive.assign(p, std::vector<uint8_t>(capacity));
+    s.receive_capacity = capacity;
+  }
+  if (g.hosts > 1) s.slots.off_across_hosts();
+  return capacity;
+}
+
+}  // namespace rdmacoll::engine

@@ -1,0 +1,78 @@
+#pragma once
+// The control plane's messages (descriptor_messages.cpp), shared by its two exchanges: the
+// all-gather of descriptors (control_plane.cpp) and the rooted rounds (rooted_exchange.cpp).
+// Parsing and checking what peers sent, the service schedules a group runs, and rounds of
+// descriptors as tagged messages. Internal to src/engine.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/call.hpp"
+#include "engine/call_descriptor.hpp"
+#include "engine/group_state.hpp"
+#include "schedule/service.hpp"
+#include "transport/transport.hpp"
+
+namespace rdmacoll::engine {
+
+// Parses and checks one peer's descriptor of this call; views `data`.
+CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* data, size_t length);
+
+// Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
+// but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
+// The result lives in the group's scratch and views the buffers the messages arrived in (receive
+// buffers or eager slots): valid until the group's next call.
+const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
+                                                     const CallDescriptor& mine,
+                                                     const uint8_t* const* messages,
+                                                     const size_t* lengths, int parsed = -1);
+
+// The service schedule of a group's descriptor rounds (schedule/service.hpp), made once.
+const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRounds rounds);
+
+// A round larger than a control message goes as several (engine/descriptor_round.hpp). Tags
+// must be unique per receiver and call (UCX matches tags across senders): message j of sender
+// r carries index r + j p, below 2^24 while p times the largest round's descriptors (the most
+// messages a round can take) is.
+constexpr uint64_t kTagIndexLimit = uint64_t{1} << 24;
+
+inline uint32_t piece_index(int sender, uint32_t piece, int p) {
+  return static_cast<uint32_t>(sender) + piece * static_cast<uint32_t>(p);
+}
+
+// The ring check of the rooted rounds (exchange_rooted) takes the top p indices, above every
+// piece's while p (largest round + 1) is below 2^24.
+inline uint32_t ring_index(int sender) {
+  return static_cast<uint32_t>(kTagIndexLimit - 1) - static_cast<uint32_t>(sender);
+}
+
+// How a call's descriptors travel when no eager slots carry them.
+enum class Rounds { Direct, Bruck, RecursiveDoubling };
+
+// How the descriptors travel when no eager slots carry them (descriptor_messages.cpp says why).
+// Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
+Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t capacity);
+
+// The chunks (group ranks) a step moves to or from `peer`, in the order both sides pack them.
+std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, int peer,
+                              std::vector<int>& out);
+
+// Sends the descriptors of group ranks `chunks` (in scratch.incoming) to `to`, as one message
+// or several (engine/descriptor_round.hpp); sends not yet done join call.sends().
+void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
+                const std::vector<int>& chunks, std::vector<uint8_t>& out);
+
+// Receives the descriptors of group ranks `chunks` from `from` into the scratch; a message that
+// is not one the sender could have packed fails the call.
+void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
+                   const std::vector<int>& chunks, size_t capacity);
+
+// Our descriptor as every member sends it: the group it means stamped in.
+CallDescriptor stamped(const GroupState& g, const CallDescriptor& in);
+
+// Sizes the receive buffers for the largest descriptor any member may send (once per group);
+// returns that capacity.
+size_t ready_receive_buffers(const transport::Transport& t, GroupState& g);
+
+}  // namespace rdmacoll::engine

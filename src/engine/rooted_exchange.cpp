@@ -1,0 +1,189 @@
+// The rooted rounds of gather, scatter and reduce (control_plane.hpp, exchange_rooted): the
+// ring check, the binomial gather of descriptors to the root, its verdict back down.
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "engine/agreement.hpp"
+#include "engine/control_plane.hpp"
+#include "engine/descriptor_messages.hpp"
+#include "engine/descriptor_round.hpp"
+#include "schedule/service.hpp"
+
+namespace rdmacoll::engine {
+
+namespace {
+
+// Runs steps [first, end) of a service schedule whose steps each send to at most one peer and
+// receive from at most one (the rooted rounds), moving the serialized descriptors in
+// scratch.incoming.
+void run_steps(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
+               size_t first, size_t end, size_t capacity) {
+  CallScratch& s = g.scratch;
+  std::vector<int>& chunks = s.round_chunks;
+  for (size_t k = first; k < end; ++k) {
+    if (s.round_send.size() <= k) s.round_send.resize(k + 1);
+    const schedule::Step& step = sched.steps[k];
+    if (!step.sends.empty()) {
+      const int to = step.sends.front().peer;
+      send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[k]);
+    }
+    if (!step.recvs.empty()) {
+      const int from = step.recvs.front().peer;
+      receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity);
+    }
+  }
+}
+
+// What a refusal says to the members: the reason reject() noted, else the error without this
+// call's prefix.
+std::string refusal_reason(const Call& call, const Error& e) {
+  if (!call.noted_error().empty()) return call.noted_error();
+  const std::string what = e.what();
+  const std::string prefix = call.where() + ": ";
+  return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
+}
+
+// The rooted rounds for `root` (schedule/service.hpp), made once per group and root.
+const schedule::Schedule& rooted_rounds(GroupState& g, int root) {
+  auto& cached = g.scratch.rooted_schedules;
+  auto it = cached.find(root);
+  if (it == cached.end()) {
+    it = cached.emplace(root, schedule::rooted_schedule(g.ring_order, root, g.rank)).first;
+  }
+  return it->second;
+}
+
+}  // namespace
+
+const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, GroupState& g,
+                                                   Call& call, const CallDescriptor& mine_in,
+                                                   int root, const Verdict& verdict) {
+  const int p = g.size();
+  CallScratch& s = g.scratch;
+  const CallDescriptor mine = stamped(g, mine_in);
+  auto own_error = [&] {
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(mine.error));
+  };
+  size_t capacity = 0;
+  bool rooted = !s.slots.active() && descriptor_exchange() == DescriptorExchange::Auto;
+  if (rooted) {
+    capacity = ready_receive_buffers(t, g);
+    rooted = s.slots.state() == EagerSlots::State::Off &&
+             descriptor_rounds(t, g, capacity) != Rounds::Direct;
+  }
+  if (!rooted) {  // the mailbox, or the slots still coming up (they need every descriptor)
+    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine_in);
+    own_error();
+    verdict(all);
+    return all;
+  }
+  s.seen_only = -1;
+  const size_t recvs_before = call.recvs().size();  // the root's arrivals, posted already
+  mine.serialize_into(s.send, capacity);
+  s.incoming.assign(p, nullptr);
+  s.incoming_lengths.assign(p, 0);
+  s.incoming[g.rank] = s.send.data();
+  s.incoming_lengths[g.rank] = s.send.size();
+  // The tree is the root's: a rank that names another root would wait for children that never
+  // send. So ring neighbours check each other's descriptors first (around the ring, every pair
+  // agreeing is every rank agreeing, the root included); the ranks beside a disagreement raise
+  // and it spreads along the ring (Call::watch_neighbours) to the ranks stuck in the tree.
+  const schedule::Step& ring = service_schedule(g, schedule::ServiceRounds::Bruck).steps.front();
+  const int pred = ring.sends.front().peer;
+  const int succ = ring.recvs.front().peer;
+  call.watch_neighbours(pred, succ);
+  {
+    RequestPtr req = call.guarded([&] {
+      return t.send(call.global(pred),
+                    make_tag(TagKind::Descriptor, g.id, call.seq(), ring_index(g.rank)),
+                    s.send.data(), s.send.size());
+    });
+    if (!req->done()) call.sends().push_back({std::move(req), pred, Pending::Kind::Descriptor});
+    if (!mine.ok) {  // our predecessor finds it in what we sent; we raise our own words now
+      call.note_error(rejected_arguments(call, g.rank, mine));
+      own_error();
+    }
+    const size_t at = call.recvs().size();
+    call.recvs().push_back({call.guarded([&] {
+                              return t.recv(
+                                  call.global(succ),
+                                  make_tag(TagKind::Descriptor, g.id, call.seq(), ring_index(succ)),
+                                  s.receive[succ].data(), capacity);
+                            }),
+                            succ, Pending::Kind::Descriptor});
+    call.wait(call.recvs(), at, at + 1);
+    const CallDescriptor next =
+        parse_one(g, call, succ, s.receive[succ].data(), call.recvs()[at].req->length());
+    check_pair(call, g.rank, mine, succ, next);
+  }
+  const schedule::Schedule& sched = rooted_rounds(g, root);
+  s.round_receive.resize(std::min(
+      t.max_message_bytes(),
+      kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
+  const size_t levels = sched.steps.size() / 2;
+  run_steps(t, g, call, sched, 0, levels, capacity);  // up to the root
+
+  // The root judges; a refusal goes down in place of its descriptor.
+  std::exception_ptr refused;
+  std::vector<uint8_t> refusal_bytes;
+  if (g.rank == root) {
+    CallDescriptor refusal = mine;
+    std::string reason;
+    try {
+      const std::vector<CallDescriptor>& all =
+          parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+      verdict(all);
+      if (!mine.ok) reject(call, rejected_arguments(call, g.rank, mine));
+    } catch (const InvalidArgument& e) {
+      refused = std::current_exception();
+      refusal.refused = CallDescriptor::Refusal::InvalidArgument;
+      reason = refusal_reason(call, e);
+    } catch (const TransportError& e) {
+      refused = std::current_exception();
+      refusal.refused = CallDescriptor::Refusal::TransportError;
+      reason = refusal_reason(call, e);
+    }
+    if (refused) {
+      refusal.error = reason;
+      refusal.group_broken = g.broken.has_value();
+      refusal.key = {};
+      refusal.inline_data = {};
+      refusal.splits = {};
+      refusal.serialize_into(refusal_bytes, capacity);
+      s.incoming[g.rank] = refusal_bytes.data();
+      s.incoming_lengths[g.rank] = refusal_bytes.size();
+    }
+  }
+  run_steps(t, g, call, sched, levels, sched.steps.size(), capacity);  // and back down
+  call.wait(call.sends(), 0, call.sends().size());
+  call.sends().clear();
+  call.recvs().resize(recvs_before);
+  if (g.rank == root) {
+    if (refused) {
+      own_error();
+      std::rethrow_exception(refused);
+    }
+    return s.descriptors;
+  }
+  own_error();
+  s.descriptors.assign(p, CallDescriptor{});
+  s.descriptors[g.rank] = mine;
+  const CallDescriptor d = parse_one(g, call, root, s.incoming[root], s.incoming_lengths[root]);
+  if (d.refused != CallDescriptor::Refusal::None) {
+    const std::string reason(d.error);
+    call.note_error(reason);
+    const std::string found =
+        reason + " (found by the root, rank " + std::to_string(call.global(root)) + ")";
+    if (d.group_broken) g.broken = found;
+    if (d.refused == CallDescriptor::Refusal::TransportError) {
+      throw TransportError(call.where() + ": " + found);
+    }
+    throw InvalidArgument(call.where() + ": " + found);
+  }
+  s.descriptors[root] = d;
+  return s.descriptors;
+}
+
+}  // namespace rdmacoll::engine
