@@ -68,11 +68,12 @@ std::vector<Spec> make_registry() {
   r.push_back(choice_spec("RDMACOLL_ALLTOALL", Scope::Job, {"auto", "direct", "bruck"},
                           "all-to-all of equal pieces: `auto` picks by group size, piece and "
                           "hosts (docs/design.md), `direct` (pairwise), `bruck` (log p rounds)"));
-  r.push_back(choice_spec("RDMACOLL_DESCRIPTORS", Scope::Job, {"auto", "direct", "bruck"},
+  r.push_back(choice_spec("RDMACOLL_DESCRIPTORS", Scope::Job, {"auto", "direct", "bruck", "rooted"},
                           "how each call's descriptors travel when no mailbox carries them: "
                           "`auto` (log p rounds across hosts, one direct round on one host; "
-                          "gather, scatter and reduce up a tree to the root and back), "
-                          "`direct`, `bruck` (every call all-gathers them)"));
+                          "gather, scatter and reduce up a tree to the root and back where that "
+                          "pays), `direct`, `bruck` (every call all-gathers them), `rooted` (the "
+                          "tree wherever log p rounds run)"));
   r.push_back(choice_spec("RDMACOLL_TOPOLOGY", Scope::Job, {"auto", "flat"},
                           "`auto`: host-aware rank orders; `flat`: no reordering"));
   r.push_back(text_spec("RDMACOLL_HOST_ID", Scope::Rank, "hostname",

@@ -21,9 +21,10 @@ namespace rdmacoll::engine {
 DescriptorExchange descriptor_exchange() {
   static const DescriptorExchange mode = [] {
     const std::string s = settings::choice("RDMACOLL_DESCRIPTORS");
-    return s == "direct"  ? DescriptorExchange::Direct
-           : s == "bruck" ? DescriptorExchange::Bruck
-                          : DescriptorExchange::Auto;
+    return s == "direct"   ? DescriptorExchange::Direct
+           : s == "bruck"  ? DescriptorExchange::Bruck
+           : s == "rooted" ? DescriptorExchange::Rooted
+                           : DescriptorExchange::Auto;
   }();
   return mode;
 }

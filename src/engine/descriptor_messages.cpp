@@ -89,7 +89,7 @@ Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t ca
       schedule::largest_round(service_schedule(g, schedule::ServiceRounds::Bruck)));
   if (static_cast<uint64_t>(p) * (largest + 1) >= kTagIndexLimit) return Rounds::Direct;
   const bool fits =
-      mode == DescriptorExchange::Auto && g.hosts <= 1
+      mode != DescriptorExchange::Bruck && g.hosts <= 1
           ? g.scratch.slots.state() == EagerSlots::State::Off &&
                 kRoundMessageHeader + largest * (capacity + 4) <= t.max_message_bytes()
           : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();

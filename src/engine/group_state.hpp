@@ -43,6 +43,7 @@ struct CallScratch {
   // The descriptor rounds' service schedules (schedule/service.hpp), made once per group.
   std::map<schedule::ServiceRounds, schedule::Schedule> service_schedules;
   std::map<int, schedule::Schedule> rooted_schedules;  // by root: gather, scatter, reduce
+  int rooted_pays = -1;  // whether they take the rooted rounds (-1: not decided yet)
   // The public API's list forms gather here before copying out (api/staging.hpp).
   std::vector<uint8_t> list_in, list_out;
   int order_position = -1;  // this rank's place in GroupState::order

@@ -55,6 +55,19 @@ const schedule::Schedule& rooted_rounds(GroupState& g, int root) {
   return it->second;
 }
 
+// schedule::rooted_rounds_pay for the group, decided once.
+bool rooted_rounds_pay(GroupState& g, size_t capacity) {
+  int& pays = g.scratch.rooted_pays;
+  if (pays < 0) {
+    std::vector<int> on_host(static_cast<size_t>(g.hosts), 0);
+    int per_host = 0;
+    for (int h : g.host_of)
+      per_host = std::max(per_host, ++on_host[static_cast<size_t>(h)]);
+    pays = schedule::rooted_rounds_pay(g.size(), g.hosts, per_host, capacity) ? 1 : 0;
+  }
+  return pays == 1;
+}
+
 }  // namespace
 
 const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, GroupState& g,
@@ -67,11 +80,14 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(mine.error));
   };
   size_t capacity = 0;
-  bool rooted = !s.slots.active() && descriptor_exchange() == DescriptorExchange::Auto;
+  const DescriptorExchange mode = descriptor_exchange();
+  bool rooted =
+      !s.slots.active() && (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
   if (rooted) {
     capacity = ready_receive_buffers(t, g);
     rooted = s.slots.state() == EagerSlots::State::Off &&
-             descriptor_rounds(t, g, capacity) != Rounds::Direct;
+             descriptor_rounds(t, g, capacity) != Rounds::Direct &&
+             (mode == DescriptorExchange::Rooted || rooted_rounds_pay(g, capacity));
   }
   if (!rooted) {  // the mailbox, or the slots still coming up (they need every descriptor)
     const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine_in);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "schedule/simulate.hpp"
+
 namespace rdmacoll::schedule {
 
 Schedule descriptor_schedule(ServiceRounds rounds, const std::vector<int>& order, int rank) {
@@ -54,6 +56,19 @@ Schedule rooted_schedule(const std::vector<int>& order, int root, int rank) {
     }
   }
   return s;
+}
+
+bool rooted_rounds_pay(int p, int hosts, int per_host, size_t descriptor_bytes) {
+  if (hosts <= 1 || p <= 2) return false;
+  const AlphaBeta ab;
+  int levels = 0;
+  while ((1 << levels) < p)
+    ++levels;
+  const double extra_us = (levels + 1) * ab.alpha_inter_us;
+  const double bytes =
+      static_cast<double>(per_host) * (p - 1) * static_cast<double>(descriptor_bytes);
+  const double nic_us = bytes / (ab.beta_inter_gbps * 1e3);  // GB/s = 1e3 bytes per us
+  return nic_us > extra_us;
 }
 
 int largest_round(const Schedule& s) {

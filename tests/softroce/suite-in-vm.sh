@@ -9,6 +9,9 @@ failed=0
 echo "== rdma devices: $(ibv_devinfo -l 2>/dev/null | tr -s '\n' ' ')"
 echo "== verbs_tests"
 ./tests/verbs_tests --gtest_color=no || failed=$((failed + 1))
+echo "== gather, scatter, reduce with their descriptors up a tree to the root (4 KiB messages)"
+RDMACOLL_DESCRIPTORS=rooted ./tests/verbs_tests --gtest_color=no \
+  --gtest_filter='Verbs.GatherScatterReduceAndAllToAll' || failed=$((failed + 1))
 echo "== verbs_tests with writes striped over 2 QPs per peer in 64 KiB pieces"
 RDMACOLL_IB_QPS_PER_PEER=2 RDMACOLL_IB_CHUNK=65536 ./tests/verbs_tests --gtest_color=no \
   --gtest_filter='*VerbsGroupSize.*:Verbs.PerCallCounters:Verbs.AllReduceSmallAndLarge:Verbs.ReduceScatterAndBroadcast:Verbs.AllReduceRoundsHitTheRegistrationCache' ||

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.hpp"
@@ -263,15 +264,25 @@ TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
   }
 }
 
-// Across hosts a rooted call's descriptors climb a binomial tree to the root and its verdict
-// comes back down, after each rank checked its ring neighbour's: 2 (p - 1) + p messages a call
-// in all, each descriptor (an inline chunk with it) crossing at most log2 p links, where their
-// all-gather takes p ceil(log2 p) messages and brings every chunk to every rank.
-TEST(EngineInProcess, RootedCallsAcrossHostsSendEachDescriptorUpTheTreeAndTheVerdictDown) {
-  for (int p : {3, 5, 8, 13}) {
+// Across hosts, where many ranks share a host's NIC, a rooted call's descriptors climb a binomial
+// tree to the root and its verdict comes back down, after each rank checked its ring
+// neighbour's: 2 (p - 1) + p messages a call in all, each descriptor (an inline chunk with it)
+// crossing at most log2 p links. Where the tree does not pay (one rank per host, few ranks)
+// the descriptors are all-gathered: p ceil(log2 p) messages, every chunk to every rank.
+TEST(EngineInProcess, RootedCallsWhereTheTreePaysSendEachDescriptorUpItAndTheVerdictDown) {
+  struct Layout {
+    int p, per_host;
+    bool tree;
+  };
+  for (const Layout l :
+       {Layout{12, 6, true}, Layout{16, 8, true}, Layout{5, 1, false}, Layout{3, 1, false}}) {
+    const int p = l.p;
+    int levels = 0;
+    while ((1 << levels) < p)
+      ++levels;
     std::atomic<uint64_t> messages{0};
     int calls = 0;
-    run_world(p, hosts_for(p, 1), [&](RankContext& c) {
+    run_world(p, hosts_for(p, l.per_host), [&](RankContext& c) {
       const int root = (c.p * 2) / 3;
       int made = 0;
       for (int64_t n : {int64_t{3}, int64_t{1000}}) {
@@ -296,16 +307,18 @@ TEST(EngineInProcess, RootedCallsAcrossHostsSendEachDescriptorUpTheTreeAndTheVer
       }
       if (c.rank == 0) calls = made;
     });
-    EXPECT_EQ(messages.load(), static_cast<uint64_t>(calls) * (2 * (p - 1) + p)) << "p " << p;
+    const uint64_t per_call = l.tree ? 2 * (p - 1) + p : static_cast<uint64_t>(p) * levels;
+    EXPECT_EQ(messages.load(), static_cast<uint64_t>(calls) * per_call) << "p " << p;
   }
 }
 
 // The root judges a rooted call: every rank raises its words before anything is written (a
-// rank that rejected its own arguments raises its own), the group goes on; across hosts (the
-// rooted rounds) and on one host (the mailbox: every rank judges).
+// rank that rejected its own arguments raises its own), the group goes on; in the tree, and
+// where every rank judges (the all-gather, the mailbox).
 TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
-  for (int p : {3, 5, 8}) {
-    for (int per_host : {1, 0}) {
+  // The tree (12 on 2 hosts), the all-gather in ring-step mode (5 on 5), the mailbox (one host).
+  for (const auto& [p, per_host] : {std::pair{12, 6}, std::pair{5, 1}, std::pair{5, 0}}) {
+    {
       run_world(p, hosts_for(p, per_host), [](RankContext& c) {
         const int root = 1;
         for (int bad : {c.p - 1, root}) {

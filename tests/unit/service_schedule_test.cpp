@@ -119,5 +119,23 @@ TEST(RootedRounds, EveryRootsPeersAreBrucks) {
   }
 }
 
+// The tree pays where many ranks share a NIC or groups are large, never on one host, and the
+// answer grows monotonically with ranks per host.
+TEST(RootedRounds, PayWhereTheAllGathersBytesThroughANicOutweighTheExtraRounds) {
+  EXPECT_FALSE(rooted_rounds_pay(8, 1, 8, 4096));    // one host
+  EXPECT_FALSE(rooted_rounds_pay(4, 4, 1, 4096));    // few ranks, one per host
+  EXPECT_FALSE(rooted_rounds_pay(64, 64, 1, 4096));  // latency still wins
+  EXPECT_TRUE(rooted_rounds_pay(256, 256, 1, 4096));
+  EXPECT_TRUE(rooted_rounds_pay(16, 2, 8, 4096));
+  for (int p = 3; p <= 512; p += 7) {
+    bool before = false;
+    for (int per_host = 1; per_host <= 16; ++per_host) {
+      const bool pays = rooted_rounds_pay(p, 2, per_host, 4096);
+      EXPECT_TRUE(pays || !before) << "p " << p << " per host " << per_host;
+      before = pays;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rdmacoll::schedule
