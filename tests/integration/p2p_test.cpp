@@ -272,6 +272,24 @@ TEST(SendRecvErrors, MistakesRaiseClearly) {
   }));
 }
 
+// A recv no send matches raises Timeout once the group's timeout has passed, not before and not
+// much after (the waits check deadlines when they stop polling), on both ranks of the pair.
+TEST(SendRecvErrors, ARecvNoSendMatchesTimesOutOnTime) {
+  testing::RunOptions opt;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "2"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        Tensor t = zeros({rank == 0 ? 4 : 100000});  // inline, and past the inline limit
+        const auto start = std::chrono::steady_clock::now();
+        expect_throw_with<Timeout>([&] { recv(t, 1 - rank, {}, 7); }, "no matching send has come");
+        const auto took = std::chrono::steady_clock::now() - start;
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+        RANK_CHECK(ms >= 2000 && ms < 6000, "timed out after " << ms << " ms");
+      },
+      opt));
+}
+
 // A peer killed with a recv outstanding: the receiver raises within the timeout.
 TEST(SendRecvErrors, APeerKilledWithARecvOutstandingRaises) {
   testing::RunOptions opt;
