@@ -156,12 +156,15 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
     const int to = step.sends.front().peer;
     const int from = step.recvs.front().peer;
     send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[round]);
-    receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity);
-    if (!ring_step || round != 0) continue;
-    if (!mine.ok) {
+    // A rank that rejected its arguments leaves once its predecessor has them, before its own
+    // wait, where a neighbour's report of the same mistake could come first: it raises its own
+    // words.
+    if (ring_step && round == 0 && !mine.ok) {
       call.note_error(rejected_arguments(call, g.rank, mine));
       throw InvalidArgument(call.where() + ": " + std::string(mine.error));
     }
+    receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity);
+    if (!ring_step || round != 0) continue;
     s.descriptors.resize(p);
     s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
     check_pair(call, g.rank, mine, succ, s.descriptors[succ]);

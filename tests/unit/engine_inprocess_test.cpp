@@ -351,6 +351,15 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
               check((what.find("rejected its arguments") != std::string::npos) == (c.rank != bad),
                     "the rank that rejected raises its own words" + at + ": " + what);
             }
+            // Ranks that name different roots (different trees): every rank raises, none waits.
+            try {
+              const int mine = c.rank == bad ? (root + 1) % c.p : root;
+              c.engine.reduce(c.group, in.data(), DType::Float32, n, ReduceOp::Sum, mine, "");
+              check(false, "no error" + at);
+            } catch (const InvalidArgument& e) {
+              check(std::string(e.what()).find("root") != std::string::npos,
+                    "the roots' disagreement is named" + at + ": " + e.what());
+            }
             gather_checked(c, n, 0);  // the group goes on
           }
         }
