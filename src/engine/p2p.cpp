@@ -156,7 +156,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     Op& o = *op;
     ops_.push_back(std::move(op));
     try {
-      step(o, done, false);
+      step(o, done);
     } catch (...) {
       fail(o, std::current_exception(), done);
     }
@@ -196,7 +196,6 @@ void PointToPoint::drive() {
   std::unique_lock lock(mu_);
   int idle = 0;
   Clock::time_point until{};
-  bool checking = false;
   while (!stop_) {
     if (ops_.empty() || helping_ > 0) {
       idle = 0;
@@ -211,12 +210,11 @@ void PointToPoint::drive() {
       continue;
     }
     Clock::time_point next;
-    if (pass(lock, next, checking)) {
+    if (pass(lock, next)) {
       idle = 0;
-      checking = false;
       continue;
     }
-    idle_wait(lock, driver_spin_, idle, until, checking, next);
+    idle_wait(lock, driver_spin_, idle, until, next);
   }
 }
 
@@ -225,23 +223,20 @@ void PointToPoint::help(const WorkState& work) {
   ++helping_;
   int idle = 0;
   Clock::time_point until{};
-  bool checking = false;
   // With nothing outstanding, whoever took the work's operation out finishes it.
   while (!stop_ && !ops_.empty() && !work.completed()) {
     Clock::time_point next;
-    if (pass(lock, next, checking)) {
+    if (pass(lock, next)) {
       idle = 0;
-      checking = false;
       continue;
     }
-    idle_wait(lock, spin_, idle, until, checking, next);
+    idle_wait(lock, spin_, idle, until, next);
   }
   --helping_;
   if (helping_ == 0 && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
 }
 
-bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next,
-                        bool checking) {
+bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next) {
   bool moved = false;
   try {
     moved = t_.progress();
@@ -249,11 +244,11 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& n
     // A transport failure shows in the requests it failed; each operation reports its own.
   }
   std::vector<Finished> done;
-  next = Clock::time_point::max();  // the transport's wait looks again within 100 ms anyway
+  next = Clock::now() + std::chrono::milliseconds(100);
   for (auto& op : ops_) {
     if (!op->work) continue;
     try {
-      moved = step(*op, done, checking) || moved;
+      moved = step(*op, done) || moved;
     } catch (...) {
       fail(*op, std::current_exception(), done);
       moved = true;
@@ -272,18 +267,11 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& n
 }
 
 void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
-                             Clock::time_point& until, bool& checking, Clock::time_point next) {
-  // Polling reads no clock on the way (a pass costs little more than the transport's progress);
-  // once it is over, a pass checks the peers and deadlines before each block.
-  bool block = false;
-  if (checking) {
-    block = true;
-  } else if (!keep_spinning(spin, idle, until)) {
-    checking = true;
-  }
+                             Clock::time_point& until, Clock::time_point next) {
   // The lock is let go on each round: a thread starting an operation needs it.
+  const bool polling = keep_spinning(spin, idle, until);
   lock.unlock();
-  if (block) t_.wait_for_event(next);
+  if (!polling) t_.wait_for_event(next);
   lock.lock();
 }
 
@@ -309,7 +297,7 @@ void PointToPoint::check_alive(Op& op) {
   }
 }
 
-bool PointToPoint::step(Op& op, std::vector<Finished>& done, bool checking) {
+bool PointToPoint::step(Op& op, std::vector<Finished>& done) {
   const bool moved = op.kind == Op::Kind::Send ? step_send(op) : step_recv(op);
   const bool finished =
       op.kind == Op::Kind::Send
@@ -319,8 +307,8 @@ bool PointToPoint::step(Op& op, std::vector<Finished>& done, bool checking) {
     succeed(op, done);
     return true;
   }
-  if (moved) return true;
-  if (checking) check_alive(op);  // when the waits stop polling
+  if (moved) return true;  // checked when it stalls
+  check_alive(op);
   return false;
 }
 

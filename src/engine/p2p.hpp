@@ -66,17 +66,14 @@ class PointToPoint {
   void help(const WorkState& work);
   // One pass over the operations (progress, a step each, finishing those done with the lock
   // released); true if anything moved. `next`: when a wait must end to meet a deadline.
-  // `checking`: stalled operations look at their peer's liveness and their deadline.
-  bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next, bool checking);
-  // Nothing moved: poll on (engine/spin.hpp, letting the lock go each round); when polling is
-  // over, set `checking` for a pass that checks, and after it (`checking` set) block in the
-  // transport until it has something or `next` comes.
+  bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next);
+  // Nothing moved: poll on (engine/spin.hpp, letting the lock go each round), then block in
+  // the transport until it has something or `next` comes.
   void idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
-                 transport::Clock::time_point& until, bool& checking,
-                 transport::Clock::time_point next);
+                 transport::Clock::time_point& until, transport::Clock::time_point next);
   // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
-  // changed. Throws to fail it (a stalled one checks its peer and deadline when `checking`).
-  bool step(Op& op, std::vector<Finished>& done, bool checking);
+  // changed. Throws to fail it.
+  bool step(Op& op, std::vector<Finished>& done);
   bool step_send(Op& op);
   bool step_recv(Op& op);
   void start_recv(Op& op);
