@@ -117,7 +117,9 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
                     s.send.data(), s.send.size());
     });
     if (!req->done()) call.sends().push_back({std::move(req), pred, Pending::Kind::Descriptor});
-    if (!mine.ok) {  // our predecessor finds it in what we sent; we raise our own words now
+    // A rank that rejected its arguments goes no further: its predecessor finds it in what we
+    // sent, and the ring spreads it. So past here mine.ok holds.
+    if (!mine.ok) {
       call.note_error(rejected_arguments(call, g.rank, mine));
       own_error();
     }
@@ -147,19 +149,17 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   if (g.rank == root) {
     CallDescriptor refusal = mine;
     std::string reason;
+    auto refuse = [&](CallDescriptor::Refusal kind, const Error& e) {
+      refused = std::current_exception();
+      refusal.refused = kind;
+      reason = refusal_reason(call, e);
+    };
     try {
-      const std::vector<CallDescriptor>& all =
-          parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
-      verdict(all);
-      if (!mine.ok) reject(call, rejected_arguments(call, g.rank, mine));
+      verdict(parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data()));
     } catch (const InvalidArgument& e) {
-      refused = std::current_exception();
-      refusal.refused = CallDescriptor::Refusal::InvalidArgument;
-      reason = refusal_reason(call, e);
+      refuse(CallDescriptor::Refusal::InvalidArgument, e);
     } catch (const TransportError& e) {
-      refused = std::current_exception();
-      refusal.refused = CallDescriptor::Refusal::TransportError;
-      reason = refusal_reason(call, e);
+      refuse(CallDescriptor::Refusal::TransportError, e);
     }
     if (refused) {
       refusal.error = reason;
@@ -177,13 +177,9 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   call.sends().clear();
   call.recvs().resize(recvs_before);
   if (g.rank == root) {
-    if (refused) {
-      own_error();
-      std::rethrow_exception(refused);
-    }
+    if (refused) std::rethrow_exception(refused);
     return s.descriptors;
   }
-  own_error();
   s.descriptors.assign(p, CallDescriptor{});
   s.descriptors[g.rank] = mine;
   const CallDescriptor d = parse_one(g, call, root, s.incoming[root], s.incoming_lengths[root]);
