@@ -123,10 +123,8 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
 // in the group's virtual order. Each round is one message (or several, if larger than a control
 // message) to one peer and one from another.
 // In ring-step mode (Bruck with the eager slots off, as across hosts) ranks may stop after the
-// first round (DescriptorsNeeded::Successor) while others go on, if their arguments differ. So
-// every rank checks the successor's descriptor against its own right after that round, and
-// errors spread along the ring (Call::watch_neighbours): the ranks on either side of a
-// disagreement find it, and the ranks stuck waiting hear of it.
+// first round (DescriptorsNeeded::Successor) while others go on, if their arguments differ: so
+// that round is the ring step (descriptor_messages.hpp, RingStep), whose checks find it.
 // Returns the successor's group rank once its descriptor is parsed into the scratch (ring-step
 // mode), else -1.
 int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
@@ -145,35 +143,23 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
       t.max_message_bytes(),
       kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
   const bool ring_step = !rd && s.slots.state() == EagerSlots::State::Off;
-  // Bruck's first round in ring order: to the predecessor, from the successor.
-  const int pred = sched.steps.front().sends.front().peer;
-  const int succ = sched.steps.front().recvs.front().peer;
-  if (ring_step) call.watch_neighbours(pred, succ);
-  std::vector<int>& chunks = s.round_chunks;
-  for (size_t round = 0; round < sched.steps.size(); ++round) {
-    if (s.round_send.size() <= round) s.round_send.emplace_back();
-    const schedule::Step& step = sched.steps[round];
-    const int to = step.sends.front().peer;
-    const int from = step.recvs.front().peer;
-    send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[round]);
-    // A rank that rejected its arguments leaves once its predecessor has them, before its own
-    // wait, where a neighbour's report of the same mistake could come first: it raises its own
-    // words.
-    if (ring_step && round == 0 && !mine.ok) {
-      call.note_error(rejected_arguments(call, g.rank, mine));
-      throw InvalidArgument(call.where() + ": " + std::string(mine.error));
-    }
-    receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity);
-    if (!ring_step || round != 0) continue;
-    s.descriptors.resize(p);
-    s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
-    check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
-    if (needed == DescriptorsNeeded::Successor) {
+  RoundHooks hooks;
+  int succ = -1;
+  if (ring_step) {
+    succ = watch_ring(g, call).succ;
+    hooks.sent = [&](size_t round) {
+      if (round == 0) leave_if_rejected(g, call, mine);
+    };
+    hooks.received = [&](size_t round) {
+      if (round != 0) return true;
+      check_successor(g, call, mine, succ);
+      if (needed != DescriptorsNeeded::Successor) return true;
       s.descriptors[g.rank] = mine;
       s.seen_only = succ;
-      break;
-    }
+      return false;
+    };
   }
+  run_rounds(t, g, call, sched, 0, sched.steps.size(), capacity, RoundTags::Pieces, hooks);
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   call.recvs().resize(recvs_before);

@@ -45,7 +45,7 @@ using Verdict = std::function<void(const std::vector<CallDescriptor>&)>;
 // back down), the root runs `verdict` on them all, and a refusal travels down in place of its
 // descriptor, so every member raises the root's words (a member that rejected its own arguments
 // raises its own). Ring neighbours check each other first, so ranks that name different roots
-// (different trees) raise rather than wait (exchange_rooted in control_plane.cpp). Elsewhere
+// (different trees) raise rather than wait (rooted_exchange.cpp). Elsewhere
 // the descriptors are all-gathered and every rank runs `verdict`.
 // Either way a rank that rejected its arguments raises that first, and on return the entries of
 // `root` and this rank are valid (every entry on the root).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/agreement.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/descriptor_round.hpp"
 #include "schedule/schedule.hpp"
@@ -111,9 +112,18 @@ std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, 
   return out;
 }
 
+namespace {
+
+uint32_t round_index(RoundTags tags, int sender, uint32_t piece, int p) {
+  return tags == RoundTags::RingCheck ? ring_index(sender, piece, p)
+                                      : piece_index(sender, piece, p);
+}
+
+}  // namespace
+
 // Sends the descriptors of group ranks `chunks` to `to`.
 void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
-                const std::vector<int>& chunks, std::vector<uint8_t>& out) {
+                const std::vector<int>& chunks, std::vector<uint8_t>& out, RoundTags tags) {
   CallScratch& s = g.scratch;
   std::vector<size_t>& starts = s.round_pieces;
   pack_round(
@@ -128,7 +138,7 @@ void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
     RequestPtr req = call.guarded([&] {
       return t.send(call.global(to),
                     make_tag(TagKind::Descriptor, g.id, call.seq(),
-                             piece_index(g.rank, static_cast<uint32_t>(j), g.size())),
+                             round_index(tags, g.rank, static_cast<uint32_t>(j), g.size())),
                     out.data() + starts[j], end - starts[j]);
     });
     if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
@@ -138,7 +148,7 @@ void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
 // Receives the descriptors of group ranks `chunks` from `from`; a message that is not one the
 // sender could have packed fails the call.
 void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
-                   const std::vector<int>& chunks, size_t capacity) {
+                   const std::vector<int>& chunks, size_t capacity, RoundTags tags) {
   CallScratch& s = g.scratch;
   const int p = g.size();
   const int n = static_cast<int>(chunks.size());
@@ -154,7 +164,7 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
     call.recvs().push_back({call.guarded([&] {
                               return t.recv(call.global(from),
                                             make_tag(TagKind::Descriptor, g.id, call.seq(),
-                                                     piece_index(from, piece, p)),
+                                                     round_index(tags, from, piece, p)),
                                             s.round_receive.data(), s.round_receive.size());
                             }),
                             from, Pending::Kind::Descriptor});
@@ -189,6 +199,47 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
                          std::to_string(call.global(from)) + " carried " +
                          std::to_string(received) + " descriptors, not " + std::to_string(n));
   }
+}
+
+void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
+                size_t first, size_t end, size_t capacity, RoundTags tags,
+                const RoundHooks& hooks) {
+  CallScratch& s = g.scratch;
+  std::vector<int>& chunks = s.round_chunks;
+  for (size_t k = first; k < end; ++k) {
+    if (s.round_send.size() <= k) s.round_send.resize(k + 1);
+    const schedule::Step& step = sched.steps[k];
+    if (!step.sends.empty()) {
+      const int to = step.sends.front().peer;
+      send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[k], tags);
+    }
+    if (hooks.sent) hooks.sent(k);
+    if (!step.recvs.empty()) {
+      const int from = step.recvs.front().peer;
+      receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity, tags);
+    }
+    if (hooks.received && !hooks.received(k)) return;
+  }
+}
+
+RingStep watch_ring(GroupState& g, Call& call) {
+  const schedule::Step& ring = service_schedule(g, schedule::ServiceRounds::Bruck).steps.front();
+  RingStep r{ring.sends.front().peer, ring.recvs.front().peer};
+  call.watch_neighbours(r.pred, r.succ);
+  return r;
+}
+
+void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine) {
+  if (mine.ok) return;
+  call.note_error(rejected_arguments(call, g.rank, mine));
+  throw InvalidArgument(call.where() + ": " + std::string(mine.error));
+}
+
+void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int succ) {
+  CallScratch& s = g.scratch;
+  s.descriptors.resize(g.size());
+  s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
+  check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
 }
 
 // Our descriptor as every member sends it: the group it means stamped in.

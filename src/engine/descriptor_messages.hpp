@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/call.hpp"
@@ -41,11 +43,16 @@ inline uint32_t piece_index(int sender, uint32_t piece, int p) {
   return static_cast<uint32_t>(sender) + piece * static_cast<uint32_t>(p);
 }
 
-// The ring check of the rooted rounds (exchange_rooted) takes the top p indices, above every
-// piece's while p (largest round + 1) is below 2^24.
-inline uint32_t ring_index(int sender) {
-  return static_cast<uint32_t>(kTagIndexLimit - 1) - static_cast<uint32_t>(sender);
+// The ring check before the rooted rounds (exchange_rooted) takes the top indices, above every
+// piece's while p (largest round + 1) is below 2^24: a peer's ring message and its messages in
+// the tree must not meet the same receive. (One descriptor is one message: descriptor_rounds
+// runs rounds only where it fits one.)
+inline uint32_t ring_index(int sender, uint32_t piece, int p) {
+  return static_cast<uint32_t>(kTagIndexLimit - 1) - piece_index(sender, piece, p);
 }
+
+// The tag indices a walk's messages take.
+enum class RoundTags { Pieces, RingCheck };
 
 // How a call's descriptors travel when no eager slots carry them.
 enum class Rounds { Direct, Bruck, RecursiveDoubling };
@@ -61,12 +68,49 @@ std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, 
 // Sends the descriptors of group ranks `chunks` (in scratch.incoming) to `to`, as one message
 // or several (engine/descriptor_round.hpp); sends not yet done join call.sends().
 void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
-                const std::vector<int>& chunks, std::vector<uint8_t>& out);
+                const std::vector<int>& chunks, std::vector<uint8_t>& out,
+                RoundTags tags = RoundTags::Pieces);
 
 // Receives the descriptors of group ranks `chunks` from `from` into the scratch; a message that
 // is not one the sender could have packed fails the call.
 void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
-                   const std::vector<int>& chunks, size_t capacity);
+                   const std::vector<int>& chunks, size_t capacity,
+                   RoundTags tags = RoundTags::Pieces);
+
+// What a walk does between a round's send and its receive (`sent`), and after the receive
+// (`received`; false ends the walk there): the ring step's checks. Either may throw.
+struct RoundHooks {
+  std::function<void(size_t round)> sent;
+  std::function<bool(size_t round)> received;
+};
+
+// The one walker of descriptor rounds (the all-gather's Bruck or recursive-doubling rounds, the
+// ring check, the rooted rounds): runs steps [first, end) of `sched`, each sending to at most
+// one peer and receiving from at most one, moving the serialized descriptors in
+// scratch.incoming. Sends not yet done stay in call.sends().
+void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
+                size_t first, size_t end, size_t capacity, RoundTags tags = RoundTags::Pieces,
+                const RoundHooks& hooks = {});
+
+// The ring step: Bruck's first round in the group's ring order, our descriptor to the ring
+// predecessor and the successor's to us. Where ranks may part after it (a ring all-gather needs
+// only the successor's descriptor) or wait in different trees (rooted calls naming different
+// roots), every rank checks its successor's descriptor against its own; around the ring every
+// pair agreeing is every rank agreeing, and a disagreement raises beside it and spreads along
+// the ring (Call::watch_neighbours) to the ranks still waiting.
+struct RingStep {
+  int pred = -1;
+  int succ = -1;
+};
+// Watches the neighbours (call.watch_neighbours) and returns them.
+RingStep watch_ring(GroupState& g, Call& call);
+// After the ring step's send: a rank that rejected its arguments leaves here, once its
+// predecessor has them, before its own wait, where a neighbour's report of the same mistake
+// could come first: it raises its own words.
+void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine);
+// After the ring step's receive: the successor's descriptor, parsed into scratch.descriptors
+// and checked against ours.
+void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int succ);
 
 // Our descriptor as every member sends it: the group it means stamped in.
 CallDescriptor stamped(const GroupState& g, const CallDescriptor& in);

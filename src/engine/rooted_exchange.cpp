@@ -15,27 +15,6 @@ namespace rdmacoll::engine {
 
 namespace {
 
-// Runs steps [first, end) of a service schedule whose steps each send to at most one peer and
-// receive from at most one (the rooted rounds), moving the serialized descriptors in
-// scratch.incoming.
-void run_steps(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
-               size_t first, size_t end, size_t capacity) {
-  CallScratch& s = g.scratch;
-  std::vector<int>& chunks = s.round_chunks;
-  for (size_t k = first; k < end; ++k) {
-    if (s.round_send.size() <= k) s.round_send.resize(k + 1);
-    const schedule::Step& step = sched.steps[k];
-    if (!step.sends.empty()) {
-      const int to = step.sends.front().peer;
-      send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[k]);
-    }
-    if (!step.recvs.empty()) {
-      const int from = step.recvs.front().peer;
-      receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity);
-    }
-  }
-}
-
 // What a refusal says to the members: the reason reject() noted, else the error without this
 // call's prefix.
 std::string refusal_reason(const Call& call, const Error& e) {
@@ -102,46 +81,26 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   s.incoming_lengths.assign(p, 0);
   s.incoming[g.rank] = s.send.data();
   s.incoming_lengths[g.rank] = s.send.size();
-  // The tree is the root's: a rank that names another root would wait for children that never
-  // send. So ring neighbours check each other's descriptors first (around the ring, every pair
-  // agreeing is every rank agreeing, the root included); the ranks beside a disagreement raise
-  // and it spreads along the ring (Call::watch_neighbours) to the ranks stuck in the tree.
-  const schedule::Step& ring = service_schedule(g, schedule::ServiceRounds::Bruck).steps.front();
-  const int pred = ring.sends.front().peer;
-  const int succ = ring.recvs.front().peer;
-  call.watch_neighbours(pred, succ);
-  {
-    RequestPtr req = call.guarded([&] {
-      return t.send(call.global(pred),
-                    make_tag(TagKind::Descriptor, g.id, call.seq(), ring_index(g.rank)),
-                    s.send.data(), s.send.size());
-    });
-    if (!req->done()) call.sends().push_back({std::move(req), pred, Pending::Kind::Descriptor});
-    // A rank that rejected its arguments goes no further: its predecessor finds it in what we
-    // sent, and the ring spreads it. So past here mine.ok holds.
-    if (!mine.ok) {
-      call.note_error(rejected_arguments(call, g.rank, mine));
-      own_error();
-    }
-    const size_t at = call.recvs().size();
-    call.recvs().push_back({call.guarded([&] {
-                              return t.recv(
-                                  call.global(succ),
-                                  make_tag(TagKind::Descriptor, g.id, call.seq(), ring_index(succ)),
-                                  s.receive[succ].data(), capacity);
-                            }),
-                            succ, Pending::Kind::Descriptor});
-    call.wait(call.recvs(), at, at + 1);
-    const CallDescriptor next =
-        parse_one(g, call, succ, s.receive[succ].data(), call.recvs()[at].req->length());
-    check_pair(call, g.rank, mine, succ, next);
-  }
   const schedule::Schedule& sched = rooted_rounds(g, root);
   s.round_receive.resize(std::min(
       t.max_message_bytes(),
       kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
+  // The tree is the root's: a rank that names another root would wait for children that never
+  // send. So the ring step comes first (RingStep); past it mine.ok holds, and the successor
+  // agrees with us.
+  {
+    const int succ = watch_ring(g, call).succ;
+    RoundHooks ring;
+    ring.sent = [&](size_t) { leave_if_rejected(g, call, mine); };
+    ring.received = [&](size_t) {
+      check_successor(g, call, mine, succ);
+      return true;
+    };
+    const schedule::Schedule& bruck = service_schedule(g, schedule::ServiceRounds::Bruck);
+    run_rounds(t, g, call, bruck, 0, 1, capacity, RoundTags::RingCheck, ring);
+  }
   const size_t levels = sched.steps.size() / 2;
-  run_steps(t, g, call, sched, 0, levels, capacity);  // up to the root
+  run_rounds(t, g, call, sched, 0, levels, capacity);  // up to the root
 
   // The root judges; a refusal goes down in place of its descriptor.
   std::exception_ptr refused;
@@ -172,7 +131,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
       s.incoming_lengths[g.rank] = refusal_bytes.size();
     }
   }
-  run_steps(t, g, call, sched, levels, sched.steps.size(), capacity);  // and back down
+  run_rounds(t, g, call, sched, levels, sched.steps.size(), capacity);  // and back down
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   call.recvs().resize(recvs_before);
