@@ -12,10 +12,10 @@
 #include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
+#include "engine/executor.hpp"
 #include "engine/group_state.hpp"
 #include "engine/leaving.hpp"
 #include "engine/pending.hpp"
-#include "engine/spin.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/transport.hpp"
 
@@ -122,34 +122,34 @@ class Call {
   // Waits until list[begin, end) is complete; throws PeerFailure or Timeout (and marks the
   // group broken, since ranks may now be out of step).
   void wait(std::vector<Pending>& list, size_t begin, size_t end) {
-    int idle = 0;
-    for (;;) {
-      bool all_done = true;
-      for (size_t i = begin; i < end; ++i) {
-        const Pending& p = list[i];
-        if (p.req->done()) continue;
-        if (p.req->failed()) {
-          fail<PeerFailure>(where() + ": " + p.what() + " with rank " +
-                            std::to_string(global(p.peer)) + " failed: " + p.req->error());
-        }
-        all_done = false;
-      }
-      if (all_done) return;
-      if (!watch_.empty() && !spreading_) check_neighbours();
-      if (t_.progress()) {
-        idle = 0;
-        continue;
-      }
-      if (keep_spinning(idle)) continue;
-      check_leaving();
-      for (size_t i = begin; i < end; ++i) {
-        if (!list[i].req->done()) check_alive(list[i].peer);
-      }
-      if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
-      // Listening costs two receives (and their cancels), so only calls that wait pay it.
-      if (watching() && watch_.empty()) post_watch();
-      t_.wait_for_event(deadline_);
-    }
+    run_wait(
+        spin_, spin_until_,
+        [&] {
+          bool all_done = true;
+          for (size_t i = begin; i < end; ++i) {
+            const Pending& p = list[i];
+            if (p.req->done()) continue;
+            if (p.req->failed()) {
+              fail<PeerFailure>(where() + ": " + p.what() + " with rank " +
+                                std::to_string(global(p.peer)) + " failed: " + p.req->error());
+            }
+            all_done = false;
+          }
+          if (all_done) return Poll::Done;
+          if (!watch_.empty() && !spreading_) check_neighbours();
+          return t_.progress() ? Poll::Moved : Poll::Idle;
+        },
+        [](int) {},
+        [&] {
+          check_leaving();
+          for (size_t i = begin; i < end; ++i) {
+            if (!list[i].req->done()) check_alive(list[i].peer);
+          }
+          if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
+          // Listening costs two receives (and their cancels), so only calls that wait pay it.
+          if (watching() && watch_.empty()) post_watch();
+        },
+        [&] { t_.wait_for_event(deadline_); });
   }
 
   // Waits until every other member's eager slot for this call is complete: polls our own
@@ -168,29 +168,31 @@ class Call {
       }
       return -1;
     };
-    int idle = 0;
-    while (missing() >= 0) {
-      if (keep_spinning(idle)) {
-        if (idle % 16 == 0) t_.progress();
-        continue;
-      }
-      t_.progress();
-      check_leaving();
-      for (int peer = 0; peer < p; ++peer) {
-        if (peer != g_.rank && !arrived(peer)) check_alive(peer);
-      }
-      if (Clock::now() >= deadline_) {
-        fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
-                      " ms; still waiting for the call descriptor (eager slot) of rank " +
-                      std::to_string(global(missing())));
-      }
-      // Dekker with the writers (exchange_through_slots): either they see `sleeping` and
-      // ring, or we see their flag here and do not block.
-      // (All four accesses are seq_cst, which orders each store before the later load.)
-      slots.local_sleeping().store(flag, std::memory_order_seq_cst);
-      if (missing() >= 0) t_.wait_for_event(deadline_);
-      slots.local_sleeping().store(0, std::memory_order_relaxed);
-    }
+    run_wait(
+        spin_, spin_until_, [&] { return missing() >= 0 ? Poll::Idle : Poll::Done; },
+        [&](int idle) {
+          if (idle % 16 == 0) t_.progress();
+        },
+        [&] {
+          t_.progress();
+          check_leaving();
+          for (int peer = 0; peer < p; ++peer) {
+            if (peer != g_.rank && !arrived(peer)) check_alive(peer);
+          }
+          if (Clock::now() >= deadline_) {
+            fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
+                          " ms; still waiting for the call descriptor (eager slot) of rank " +
+                          std::to_string(global(missing())));
+          }
+        },
+        [&] {
+          // Dekker with the writers (exchange_through_slots): either they see `sleeping` and
+          // ring, or we see their flag here and do not block.
+          // (All four accesses are seq_cst, which orders each store before the later load.)
+          slots.local_sleeping().store(flag, std::memory_order_seq_cst);
+          if (missing() >= 0) t_.wait_for_event(deadline_);
+          slots.local_sleeping().store(0, std::memory_order_relaxed);
+        });
   }
 
  private:
@@ -214,8 +216,6 @@ class Call {
     }
     return os.str();
   }
-
-  bool keep_spinning(int& idle) { return engine::keep_spinning(spin_, idle, spin_until_); }
 
   void check_leaving() {
     if (process_leaving().load(std::memory_order_relaxed)) {

@@ -8,6 +8,7 @@
 
 #include "engine/call.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/executor.hpp"
 #include "engine/leaving.hpp"
 #include "engine/p2p_messages.hpp"
 #include "engine/p2p_op.hpp"
@@ -194,11 +195,9 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
 // the transport (never spins past the spin policy) in between.
 void PointToPoint::drive() {
   std::unique_lock lock(mu_);
-  int idle = 0;
   Clock::time_point until{};
   while (!stop_) {
     if (ops_.empty() || helping_ > 0) {
-      idle = 0;
       const auto unattended = [&] { return stop_ || (!ops_.empty() && helping_ == 0); };
       if (Clock::now() - last_add_ < kDriverParksAfter) {
         cv_.wait_for(lock, kDriverTick, unattended);
@@ -209,31 +208,42 @@ void PointToPoint::drive() {
       }
       continue;
     }
-    Clock::time_point next;
-    if (pass(lock, next)) {
-      idle = 0;
-      continue;
-    }
-    idle_wait(lock, driver_spin_, idle, until, next);
+    run_ops(lock, driver_spin_, until, [&] { return stop_ || ops_.empty() || helping_ > 0; });
   }
 }
 
 void PointToPoint::help(const WorkState& work) {
   std::unique_lock lock(mu_);
   ++helping_;
-  int idle = 0;
   Clock::time_point until{};
   // With nothing outstanding, whoever took the work's operation out finishes it.
-  while (!stop_ && !ops_.empty() && !work.completed()) {
-    Clock::time_point next;
-    if (pass(lock, next)) {
-      idle = 0;
-      continue;
-    }
-    idle_wait(lock, spin_, idle, until, next);
-  }
+  run_ops(lock, spin_, until, [&] { return stop_ || ops_.empty() || work.completed(); });
   --helping_;
   if (helping_ == 0 && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
+}
+
+// The executor's wait (engine/executor.hpp) over the operations until `over()`. The lock is
+// let go on every polling round: a thread starting an operation needs it.
+template <typename Over>
+void PointToPoint::run_ops(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin,
+                           Clock::time_point& until, Over&& over) {
+  Clock::time_point next;
+  run_wait(
+      spin, until,
+      [&] {
+        if (over()) return Poll::Done;
+        return pass(lock, next) ? Poll::Moved : Poll::Idle;
+      },
+      [&](int) {
+        lock.unlock();
+        lock.lock();
+      },
+      [] {},  // each operation's step checks its peer and deadline
+      [&] {
+        lock.unlock();
+        t_.wait_for_event(next);
+        lock.lock();
+      });
 }
 
 bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next) {
@@ -264,15 +274,6 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& n
     lock.lock();
   }
   return moved;
-}
-
-void PointToPoint::idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
-                             Clock::time_point& until, Clock::time_point next) {
-  // The lock is let go on each round: a thread starting an operation needs it.
-  const bool polling = keep_spinning(spin, idle, until);
-  lock.unlock();
-  if (!polling) t_.wait_for_event(next);
-  lock.lock();
 }
 
 void PointToPoint::check_alive(Op& op) {

@@ -67,10 +67,10 @@ class PointToPoint {
   // One pass over the operations (progress, a step each, finishing those done with the lock
   // released); true if anything moved. `next`: when a wait must end to meet a deadline.
   bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next);
-  // Nothing moved: poll on (engine/spin.hpp, letting the lock go each round), then block in
-  // the transport until it has something or `next` comes.
-  void idle_wait(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin, int& idle,
-                 transport::Clock::time_point& until, transport::Clock::time_point next);
+  // Moves the operations on (the executor's wait) until `over()` holds.
+  template <typename Over>
+  void run_ops(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin,
+               transport::Clock::time_point& until, Over&& over);
   // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
   // changed. Throws to fail it.
   bool step(Op& op, std::vector<Finished>& done);
