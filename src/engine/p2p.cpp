@@ -213,13 +213,16 @@ void PointToPoint::drive() {
 }
 
 void PointToPoint::help(const WorkState& work) {
+  // Announced before the lock: a driver whose passes keep moving holds the lock from one to the
+  // next, and would otherwise carry the operations (on another thread, fighting this one for
+  // the lock and, with no idle core, for the CPU) until they are done.
+  helping_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(mu_);
-  ++helping_;
   Clock::time_point until{};
   // With nothing outstanding, whoever took the work's operation out finishes it.
   run_ops(lock, spin_, until, [&] { return stop_ || ops_.empty() || work.completed(); });
-  --helping_;
-  if (helping_ == 0 && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
+  const bool last = helping_.fetch_sub(1, std::memory_order_relaxed) == 1;
+  if (last && !ops_.empty()) cv_.notify_all();  // the driver carries the rest
 }
 
 // The executor's wait (engine/executor.hpp) over the operations until `over()`. The lock is

@@ -12,6 +12,7 @@
 // operations are outstanding and no waiter helps them. Operations a waiter starts are not
 // announced to it; it finds any the waiter leaves behind within a tick (1 ms).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -100,7 +101,7 @@ class PointToPoint {
   std::map<Channel, std::deque<std::vector<uint8_t>>> stash_;
   std::thread driver_;
   bool stop_ = false;
-  int helping_ = 0;  // waiters in help(): the driver stands aside
+  std::atomic<int> helping_{0};  // waiters in help(): the driver stands aside
   // The driver sleeps until told only after a second without operations (parked_); before
   // that it looks every kDriverTick, so an operation a waiter started and left (its own was
   // done first) moves on without a wake-up per call (one costs more than a small message).
