@@ -129,35 +129,23 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
 // mode), else -1.
 int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
                     Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
-  const int p = g.size();
   CallScratch& s = g.scratch;
   const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
-  s.incoming.assign(p, nullptr);
-  s.incoming_lengths.assign(p, 0);
-  s.incoming[g.rank] = s.send.data();
-  s.incoming_lengths[g.rank] = s.send.size();
   const bool rd = kind == Rounds::RecursiveDoubling;
   const schedule::Schedule& sched = service_schedule(
       g, rd ? schedule::ServiceRounds::RecursiveDoubling : schedule::ServiceRounds::Bruck);
-  s.round_receive.resize(std::min(
-      t.max_message_bytes(),
-      kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
+  ready_rounds(t, g, sched, capacity);
   const bool ring_step = !rd && s.slots.state() == EagerSlots::State::Off;
   RoundHooks hooks;
   int succ = -1;
   if (ring_step) {
     succ = watch_ring(g, call).succ;
-    hooks.sent = [&](size_t round) {
-      if (round == 0) leave_if_rejected(g, call, mine);
-    };
-    hooks.received = [&](size_t round) {
-      if (round != 0) return true;
-      check_successor(g, call, mine, succ);
+    hooks = ring_step_hooks(g, call, mine, succ, [&] {
       if (needed != DescriptorsNeeded::Successor) return true;
       s.descriptors[g.rank] = mine;
       s.seen_only = succ;
       return false;
-    };
+    });
   }
   run_rounds(t, g, call, sched, 0, sched.steps.size(), capacity, RoundTags::Pieces, hooks);
   call.wait(call.sends(), 0, call.sends().size());

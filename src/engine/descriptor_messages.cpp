@@ -229,6 +229,8 @@ RingStep watch_ring(GroupState& g, Call& call) {
   return r;
 }
 
+namespace {
+
 void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine) {
   if (mine.ok) return;
   call.note_error(rejected_arguments(call, g.rank, mine));
@@ -240,6 +242,35 @@ void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int 
   s.descriptors.resize(g.size());
   s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
   check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
+}
+
+}  // namespace
+
+RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine, int succ,
+                           std::function<bool()> after_check) {
+  RoundHooks hooks;
+  hooks.sent = [&g, &call, &mine](size_t round) {
+    if (round == 0) leave_if_rejected(g, call, mine);
+  };
+  hooks.received = [&g, &call, &mine, succ, after = std::move(after_check)](size_t round) {
+    if (round != 0) return true;
+    check_successor(g, call, mine, succ);
+    return after();
+  };
+  return hooks;
+}
+
+void ready_rounds(const transport::Transport& t, GroupState& g, const schedule::Schedule& sched,
+                  size_t capacity) {
+  CallScratch& s = g.scratch;
+  const int p = g.size();
+  s.incoming.assign(p, nullptr);
+  s.incoming_lengths.assign(p, 0);
+  s.incoming[g.rank] = s.send.data();
+  s.incoming_lengths[g.rank] = s.send.size();
+  s.round_receive.resize(std::min(
+      t.max_message_bytes(),
+      kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
 }
 
 // Our descriptor as every member sends it: the group it means stamped in.

@@ -104,13 +104,18 @@ struct RingStep {
 };
 // Watches the neighbours (call.watch_neighbours) and returns them.
 RingStep watch_ring(GroupState& g, Call& call);
-// After the ring step's send: a rank that rejected its arguments leaves here, once its
-// predecessor has them, before its own wait, where a neighbour's report of the same mistake
-// could come first: it raises its own words.
-void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine);
-// After the ring step's receive: the successor's descriptor, parsed into scratch.descriptors
-// and checked against ours.
-void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int succ);
+// The ring step's checks as a walk's hooks on its round 0. After the send, a rank that rejected
+// its arguments leaves, once its predecessor has them, before its own wait, where a neighbour's
+// report of the same mistake could come first: it raises its own words. After the receive, the
+// successor's descriptor is parsed into scratch.descriptors and checked against ours; then
+// `after_check()` says whether the walk goes on. The hooks refer to `g`, `call` and `mine`.
+RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine, int succ,
+                           std::function<bool()> after_check);
+
+// Readies the scratch for a walk of `sched`: the incoming descriptors empty but ours (already
+// serialized into scratch.send), the round receive buffer sized for its largest round.
+void ready_rounds(const transport::Transport& t, GroupState& g, const schedule::Schedule& sched,
+                  size_t capacity);
 
 // Our descriptor as every member sends it: the group it means stamped in.
 CallDescriptor stamped(const GroupState& g, const CallDescriptor& in);

@@ -77,25 +77,14 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   s.seen_only = -1;
   const size_t recvs_before = call.recvs().size();  // the root's arrivals, posted already
   mine.serialize_into(s.send, capacity);
-  s.incoming.assign(p, nullptr);
-  s.incoming_lengths.assign(p, 0);
-  s.incoming[g.rank] = s.send.data();
-  s.incoming_lengths[g.rank] = s.send.size();
   const schedule::Schedule& sched = rooted_rounds(g, root);
-  s.round_receive.resize(std::min(
-      t.max_message_bytes(),
-      kRoundMessageHeader + static_cast<size_t>(schedule::largest_round(sched)) * (capacity + 4)));
+  ready_rounds(t, g, sched, capacity);
   // The tree is the root's: a rank that names another root would wait for children that never
   // send. So the ring step comes first (RingStep); past it mine.ok holds, and the successor
   // agrees with us.
   {
-    const int succ = watch_ring(g, call).succ;
-    RoundHooks ring;
-    ring.sent = [&](size_t) { leave_if_rejected(g, call, mine); };
-    ring.received = [&](size_t) {
-      check_successor(g, call, mine, succ);
-      return true;
-    };
+    const RoundHooks ring =
+        ring_step_hooks(g, call, mine, watch_ring(g, call).succ, [] { return true; });
     const schedule::Schedule& bruck = service_schedule(g, schedule::ServiceRounds::Bruck);
     run_rounds(t, g, call, bruck, 0, 1, capacity, RoundTags::RingCheck, ring);
   }
