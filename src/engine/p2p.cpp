@@ -25,6 +25,10 @@ constexpr auto kDriverTick = std::chrono::milliseconds(1);
 constexpr auto kDriverParksAfter = std::chrono::seconds(1);
 // A dead peer's pidfd is polled (a syscall) at most this often per stalled operation.
 constexpr auto kLivenessEvery = std::chrono::milliseconds(1);
+// An operation that does not move looks at its peer and deadline once per this many steps.
+constexpr uint32_t kCheckEvery = 64;
+// Finished operations kept for reuse (new_op).
+constexpr size_t kSpareOps = 64;
 
 [[noreturn]] void raise_invalid(const std::string& m) {
   throw InvalidArgument(m);
@@ -37,7 +41,7 @@ std::string PointToPoint::Op::what() const {
   return std::string(send ? "send" : "recv") + " of " + std::to_string(bytes) + " bytes " +
          (send ? "to" : "from") +
          (asked < 0 ? std::string(" any rank") : " rank " + std::to_string(global(asked))) +
-         " (tag " + std::to_string(tag) + ", " + GroupState::describe(group, members) + ", rank " +
+         " (tag " + std::to_string(tag) + ", " + GroupState::describe(group, *members) + ", rank " +
          std::to_string(self) + ")";
 }
 
@@ -110,7 +114,7 @@ size_t PointToPoint::outstanding() {
 
 void PointToPoint::send(GroupState& g, const void* data, size_t bytes, int peer, uint32_t tag,
                         std::shared_ptr<WorkState> work) {
-  auto op = std::make_unique<Op>();
+  auto op = new_op();
   op->kind = Op::Kind::Send;
   op->data = static_cast<uint8_t*>(const_cast<void*>(data));
   op->bytes = bytes;
@@ -125,7 +129,7 @@ void PointToPoint::send(GroupState& g, const void* data, size_t bytes, int peer,
 
 void PointToPoint::recv(GroupState& g, void* data, size_t bytes, int peer, uint32_t tag,
                         std::shared_ptr<WorkState> work) {
-  auto op = std::make_unique<Op>();
+  auto op = new_op();
   op->kind = Op::Kind::Recv;
   op->data = static_cast<uint8_t*>(data);
   op->bytes = bytes;
@@ -143,7 +147,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   op->group = g.id;
   op->me = g.rank;
   op->self = g.global_rank;
-  op->members = g.members;
+  op->members = &g.members;
   if (!g.is_member()) raise_invalid(op->what() + ": this rank is not a member of the group");
   if (g.broken)
     raise_invalid(op->what() + ": the group is unusable after an earlier failure: " + *g.broken);
@@ -161,7 +165,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     } catch (...) {
       fail(o, std::current_exception(), done);
     }
-    std::erase_if(ops_, [](const auto& p) { return !p->work; });
+    retire_finished();
     if (!ops_.empty() && !driver_.joinable()) driver_ = std::thread([this] { drive(); });
     // A blocking call's own thread helps it next, and wakes the driver when it stops helping;
     // waking it now costs a context switch per call on a host without an idle core. An
@@ -174,6 +178,32 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
     work->finish_when_started(error);
 }
 
+// Operations are reused: a small send or receive allocated its operation, its member list and
+// a message buffer each time (a third of an 8-byte exchange's time went to malloc and free).
+std::unique_ptr<PointToPoint::Op> PointToPoint::new_op() {
+  {
+    std::lock_guard lock(mu_);
+    if (!spare_.empty()) {
+      auto op = std::move(spare_.back());
+      spare_.pop_back();
+      return op;
+    }
+  }
+  return std::make_unique<Op>();
+}
+
+void PointToPoint::retire_finished() {
+  for (auto& op : ops_) {
+    if (op->work || spare_.size() >= kSpareOps) continue;
+    MessageBuffer buffer = std::move(op->buffer);
+    buffer.clear();
+    *op = Op{};
+    op->buffer = std::move(buffer);
+    spare_.push_back(std::move(op));
+  }
+  std::erase_if(ops_, [](const auto& p) { return !p || !p->work; });
+}
+
 void PointToPoint::abandon(const GroupState& g, const std::string& why) {
   std::vector<Finished> done;
   {
@@ -182,7 +212,7 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
       if (op->g != &g) continue;
       fail(*op, std::make_exception_ptr(InvalidArgument(op->what() + ": " + why)), done);
     }
-    std::erase_if(ops_, [](const auto& p) { return !p->work; });
+    retire_finished();
     std::erase_if(sent_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
     std::erase_if(received_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
     std::erase_if(stash_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
@@ -230,26 +260,32 @@ void PointToPoint::help(const WorkState& work) {
 template <typename Over>
 void PointToPoint::run_ops(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin,
                            Clock::time_point& until, Over&& over) {
-  Clock::time_point next;
+  bool checked_moved = false;
   run_wait(
       spin, until,
       [&] {
         if (over()) return Poll::Done;
-        return pass(lock, next) ? Poll::Moved : Poll::Idle;
+        return pass(lock, false) ? Poll::Moved : Poll::Idle;
       },
       [&](int) {
         lock.unlock();
         lock.lock();
       },
-      [] {},  // each operation's step checks its peer and deadline
+      // Every operation's peer and deadline, before blocking; that pass may end the wait.
+      [&] { checked_moved = pass(lock, true); },
       [&] {
+        if (checked_moved) return;
+        // Until the first deadline (a timeout to raise), or 100 ms at most.
+        Clock::time_point next = Clock::now() + std::chrono::milliseconds(100);
+        for (const auto& op : ops_)
+          next = std::min(next, op->deadline);
         lock.unlock();
         t_.wait_for_event(next);
         lock.lock();
       });
 }
 
-bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& next) {
+bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, bool check) {
   bool moved = false;
   try {
     moved = t_.progress();
@@ -257,18 +293,16 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, Clock::time_point& n
     // A transport failure shows in the requests it failed; each operation reports its own.
   }
   std::vector<Finished> done;
-  next = Clock::now() + std::chrono::milliseconds(100);
   for (auto& op : ops_) {
     if (!op->work) continue;
     try {
-      moved = step(*op, done) || moved;
+      moved = step(*op, done, check) || moved;
     } catch (...) {
       fail(*op, std::current_exception(), done);
       moved = true;
     }
-    if (op->work) next = std::min(next, op->deadline);
   }
-  std::erase_if(ops_, [](const auto& p) { return !p->work; });
+  retire_finished();
   if (!done.empty()) {
     lock.unlock();
     for (auto& [work, error] : done)
@@ -301,7 +335,7 @@ void PointToPoint::check_alive(Op& op) {
   }
 }
 
-bool PointToPoint::step(Op& op, std::vector<Finished>& done) {
+bool PointToPoint::step(Op& op, std::vector<Finished>& done, bool check) {
   const bool moved = op.kind == Op::Kind::Send ? step_send(op) : step_recv(op);
   const bool finished =
       op.kind == Op::Kind::Send
@@ -311,8 +345,13 @@ bool PointToPoint::step(Op& op, std::vector<Finished>& done) {
     succeed(op, done);
     return true;
   }
-  if (moved) return true;  // checked when it stalls
-  check_alive(op);
+  if (moved) {
+    op.idle_steps = 0;
+    return true;
+  }
+  // Checked when the wait stalls, and every kCheckEvery idle steps of its own (others may keep
+  // moving): a clock read per step was a tenth of an 8-byte exchange.
+  if (check || ++op.idle_steps % kCheckEvery == 0) check_alive(op);
   return false;
 }
 

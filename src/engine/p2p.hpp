@@ -66,15 +66,18 @@ class PointToPoint {
   // aside meanwhile): a thread hand-off per message costs more than a small message.
   void help(const WorkState& work);
   // One pass over the operations (progress, a step each, finishing those done with the lock
-  // released); true if anything moved. `next`: when a wait must end to meet a deadline.
-  bool pass(std::unique_lock<std::mutex>& lock, transport::Clock::time_point& next);
+  // released); true if anything moved. `check`: every operation looks at its peer and deadline.
+  bool pass(std::unique_lock<std::mutex>& lock, bool check);
   // Moves the operations on (the executor's wait) until `over()` holds.
   template <typename Over>
   void run_ops(std::unique_lock<std::mutex>& lock, const SpinPolicy& spin,
                transport::Clock::time_point& until, Over&& over);
   // Moves `op` on as far as it can go, into `done` when it has finished; true if anything
   // changed. Throws to fail it.
-  bool step(Op& op, std::vector<Finished>& done);
+  bool step(Op& op, std::vector<Finished>& done, bool check = false);
+  std::unique_ptr<Op> new_op();
+  // Drops the finished operations from ops_, keeping some for reuse.
+  void retire_finished();
   bool step_send(Op& op);
   bool step_recv(Op& op);
   void start_recv(Op& op);
@@ -93,9 +96,10 @@ class PointToPoint {
   SpinPolicy driver_spin_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Op>> ops_;   // in issue order
-  std::map<Channel, uint64_t> sent_;      // sends issued per channel
-  std::map<Channel, uint64_t> received_;  // receives matched per channel
+  std::deque<std::unique_ptr<Op>> ops_;     // in issue order
+  std::vector<std::unique_ptr<Op>> spare_;  // finished, for reuse (new_op)
+  std::map<Channel, uint64_t> sent_;        // sends issued per channel
+  std::map<Channel, uint64_t> received_;    // receives matched per channel
   // Data messages a receive from any source took in but did not use (two came at once): the
   // next receive from that peer starts with them.
   std::map<Channel, std::deque<std::vector<uint8_t>>> stash_;

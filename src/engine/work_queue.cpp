@@ -165,11 +165,16 @@ std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lo
   lock.unlock();
   std::exception_ptr error;
   try {
-    item.op();
+    if (item.deferred) {
+      item.start(item.work);
+    } else {
+      item.op();
+    }
   } catch (...) {
     error = std::current_exception();
   }
-  item.op = nullptr;  // drop the operation's captures (tensors) before reporting completion
+  item.op = nullptr;
+  item.start = nullptr;  // drop the operation's captures (tensors) before reporting completion
   // Idle before the waiter wakes: its next blocking call then runs on its own thread.
   busy.store(false, std::memory_order_release);
   // A deferred item's work finishes later, where its operation ends, unless it failed to
@@ -208,28 +213,30 @@ bool QueueCore::run_until(const WorkState* target) {
 std::shared_ptr<WorkState> GroupQueue::submit_deferred(
     std::function<void(const std::shared_ptr<WorkState>&)> start, const char* what) {
   auto work = std::make_shared<WorkState>(what);
-  std::weak_ptr<WorkState> weak = work;
-  enqueue(
-      [start = std::move(start), weak] {
-        if (auto w = weak.lock()) start(w);
-      },
-      work, true);
+  QueueCore::Item item;
+  item.start = std::move(start);
+  item.work = work;
+  item.deferred = true;
+  enqueue(std::move(item));
   return work;
 }
 
 std::shared_ptr<WorkState> GroupQueue::submit(std::function<void()> op, const char* what) {
   auto work = std::make_shared<WorkState>(what);
-  enqueue(std::move(op), work, false);
+  QueueCore::Item item;
+  item.op = std::move(op);
+  item.work = work;
+  enqueue(std::move(item));
   return work;
 }
 
-void GroupQueue::enqueue(std::function<void()> op, const std::shared_ptr<WorkState>& work,
-                         bool deferred) {
-  work->queue_ = core_;
+void GroupQueue::enqueue(QueueCore::Item item) {
+  item.work->queue_ = core_;
   QueueCore& c = *core_;
   std::lock_guard lock(c.mu);
   c.last_submit = std::chrono::steady_clock::now();
-  c.queue.push_back({std::move(op), work, c.last_submit, deferred});
+  item.queued_at = c.last_submit;
+  c.queue.push_back(std::move(item));
   c.queued.fetch_add(1, std::memory_order_release);
   if (!thread_.joinable()) {
     c.stop = false;
@@ -298,6 +305,7 @@ void GroupQueue::drain() {
     }
     for (auto& item : left) {
       item.op = nullptr;
+      item.start = nullptr;
       item.work->finish(std::make_exception_ptr(
           InvalidArgument(item.work->what_ + ": its group was destroyed (from a completion "
                                              "callback) before it started")));

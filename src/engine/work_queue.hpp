@@ -122,6 +122,9 @@ using detail::WorkState;
 struct QueueCore {
   struct Item {
     std::function<void()> op;
+    // A deferred item's: starts the operation that finishes `work` (one function, not one
+    // wrapped in another: each is an allocation per send or receive).
+    std::function<void(const std::shared_ptr<WorkState>&)> start;
     std::shared_ptr<WorkState> work;
     std::chrono::steady_clock::time_point queued_at;
     bool deferred = false;  // the op finishes its work itself, later (submit_deferred)
@@ -202,7 +205,7 @@ class GroupQueue {
 
  private:
   void set_idle();
-  void enqueue(std::function<void()> op, const std::shared_ptr<WorkState>& work, bool deferred);
+  void enqueue(QueueCore::Item item);
   static void worker(const std::shared_ptr<QueueCore>& core);
 
   std::shared_ptr<QueueCore> core_;
