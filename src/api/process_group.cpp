@@ -117,10 +117,10 @@ std::string transport_name() {
 
 namespace detail {
 uint64_t memory_registrations() {
-  return require_world("memory_registrations").transport->registrations();
+  return require_world("memory_registrations").transport->statistics().registrations;
 }
 std::string transport_counters() {
-  const auto c = require_world("transport_counters").transport->counters();
+  const auto c = require_world("transport_counters").transport->statistics().counters;
   std::ostringstream o;
   o << "work_requests=" << c.work_requests << " doorbells=" << c.doorbells
     << " signaled=" << c.signaled << " inline_sends=" << c.inline_sends
@@ -134,17 +134,17 @@ std::string transport_counters() {
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {
-  return require_world("bytes_written_to").transport->bytes_written_to(peer);
+  return require_world("bytes_written_to").transport->statistics().bytes_written_to(peer);
 }
 bool eager_slots_active(const Group& group) {
   return resolve(group, "eager_slots_active").scratch.slots.active();
 }
 uint64_t doorbells_rung() {
-  return require_world("doorbells_rung").transport->doorbells_rung();
+  return require_world("doorbells_rung").transport->statistics().doorbells_rung;
 }
 
 std::string transport_footprint() {
-  const auto f = require_world("transport_footprint").transport->footprint();
+  const auto f = require_world("transport_footprint").transport->statistics().footprint;
   std::ostringstream os;
   os << "queue_pairs=" << f.queue_pairs << " pinned_control_bytes=" << f.pinned_control_bytes
      << " cq_entries=" << f.cq_entries;
@@ -152,17 +152,17 @@ std::string transport_footprint() {
 }
 
 std::string transport_in_flight() {
-  const auto f = require_world("transport_in_flight").transport->footprint();
+  const auto f = require_world("transport_in_flight").transport->statistics().footprint;
   return "sends_in_flight=" + std::to_string(f.sends_in_flight) +
          " send_buffers_in_use=" + std::to_string(f.send_buffers_in_use);
 }
 
 uint64_t connected_peers() {
-  return require_world("connected_peers").transport->footprint().connected_peers;
+  return require_world("connected_peers").transport->statistics().footprint.connected_peers;
 }
 
 uint64_t control_messages_sent() {
-  return require_world("control_messages_sent").transport->control_messages_sent();
+  return require_world("control_messages_sent").transport->statistics().control_messages_sent;
 }
 std::string host_of(int rank) {
   return require_world("host_of").placements.at(rank).host;

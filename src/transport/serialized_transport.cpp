@@ -163,29 +163,9 @@ class SerializedTransport final : public Transport {
   bool prepare_wait() override { return false; }
   void wait_fds(std::vector<pollfd>&) override {}
 
-  Counters counters() const override {
+  Statistics statistics() const override {
     std::lock_guard lock(mu_);
-    return inner_->counters();
-  }
-  Footprint footprint() const override {
-    std::lock_guard lock(mu_);
-    return inner_->footprint();
-  }
-  uint64_t registrations() const override {
-    std::lock_guard lock(mu_);
-    return inner_->registrations();
-  }
-  uint64_t doorbells_rung() const override {
-    std::lock_guard lock(mu_);
-    return inner_->doorbells_rung();
-  }
-  uint64_t bytes_written_to(int peer) const override {
-    std::lock_guard lock(mu_);
-    return inner_->bytes_written_to(peer);
-  }
-  uint64_t control_messages_sent() const override {
-    std::lock_guard lock(mu_);
-    return inner_->control_messages_sent();
+    return inner_->statistics();
   }
   std::optional<std::string> peer_failure(int peer) override {
     std::lock_guard lock(mu_);

@@ -194,9 +194,6 @@ class Transport {
   virtual void wait_fds(std::vector<pollfd>& fds) = 0;
   virtual void after_wait() {}
 
-  // Memory registrations actually made (registration-cache misses), for tests and logs.
-  virtual uint64_t registrations() const { return 0; }
-
   // Work the transport gave the NIC and the kernel (verbs; zeros elsewhere): what a call costs
   // beyond its bytes.
   struct Counters {
@@ -218,8 +215,6 @@ class Transport {
     uint64_t credit_waits = 0;           // tries to build a receive-taking request without a credit
     uint64_t receive_queue_low = 0;      // the shared receive queue's low-water events
   };
-  virtual Counters counters() const { return {}; }
-
   // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
   // entries; zero where the library below owns them, as in UCX), and how many peers it has
   // opened a connection to (verbs: QPs, UCX: endpoints, both made on first use).
@@ -233,18 +228,27 @@ class Transport {
     uint64_t sends_in_flight = 0;
     uint64_t send_buffers_in_use = 0;
   };
-  virtual Footprint footprint() const { return {}; }
-
-  // Doorbells this process has rung (tests: a late writer woke a sleeping reader).
-  virtual uint64_t doorbells_rung() const { return doorbells_; }
-
-  // Control messages this process has sent with send() (descriptors, acks): what the scale
-  // benchmark reports per rank per call.
-  virtual uint64_t control_messages_sent() const { return control_messages_; }
-
-  // Data bytes this process has written to `peer` with write() (not control messages).
-  virtual uint64_t bytes_written_to(int peer) const {
-    return peer >= 0 && static_cast<size_t>(peer) < bytes_to_.size() ? bytes_to_[peer] : 0;
+  // What the transport has done and holds, as one snapshot: for tests, logs and the benchmarks,
+  // never read on a call's path (a serialized transport takes its lock for it).
+  struct Statistics {
+    uint64_t registrations = 0;  // memory registrations made (registration-cache misses)
+    Counters counters;
+    Footprint footprint;
+    uint64_t doorbells_rung = 0;          // tests: a late writer woke a sleeping reader
+    uint64_t control_messages_sent = 0;   // send()s: what the scale benchmark reports per call
+    std::vector<uint64_t> bytes_written;  // data bytes write() sent, by peer (not control)
+    uint64_t bytes_written_to(int peer) const {
+      return peer >= 0 && static_cast<size_t>(peer) < bytes_written.size() ? bytes_written[peer]
+                                                                           : 0;
+    }
+  };
+  // The counts every transport keeps (below); implementations add their own parts.
+  virtual Statistics statistics() const {
+    Statistics s;
+    s.doorbells_rung = doorbells_;
+    s.control_messages_sent = control_messages_;
+    s.bytes_written = bytes_to_;
+    return s;
   }
 
  protected:

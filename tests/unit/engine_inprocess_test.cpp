@@ -291,7 +291,7 @@ TEST(EngineInProcess, RootedCallsWhereTheTreePaysSendEachDescriptorUpItAndTheVer
         for (int64_t i = 0; i < n; ++i)
           in.set(i, value_of(c.rank, i, 0));
         const auto t = c.group.transport.lock();
-        const uint64_t before = t->control_messages_sent();
+        const uint64_t before = t->statistics().control_messages_sent;
         c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
                         n, root, "");
         for (int r = 0; c.rank == root && r < c.p; ++r)
@@ -302,7 +302,7 @@ TEST(EngineInProcess, RootedCallsWhereTheTreePaysSendEachDescriptorUpItAndTheVer
                          DType::Float64, n, root, "");
         for (int64_t i = 0; i < n; ++i)
           check(piece.item(i) == value_of(c.rank, i, 0), "scatter" + at);
-        messages += t->control_messages_sent() - before;
+        messages += t->statistics().control_messages_sent - before;
         made += 2;
       }
       if (c.rank == 0) calls = made;
@@ -438,10 +438,11 @@ TEST(EngineInProcess, AllToAllOfSmallEqualPiecesAcrossHostsTakesBrucksLogPRounds
         for (int64_t k : {1, 8, 32, 256, 257, 0}) {  // float64: 8 .. 2056 bytes, and none
           const bool fits_inline = c.p * 8 * k + 16 <= 2048;
           const bool bruck = k > 0 && k <= 256 && !fits_inline;
-          const uint64_t before = c.group.transport.lock()->control_messages_sent();
+          const uint64_t before = c.group.transport.lock()->statistics().control_messages_sent;
           all_to_all_checked(
               c, [k](int, int) { return k; }, call++);
-          const uint64_t sent = c.group.transport.lock()->control_messages_sent() - before;
+          const uint64_t sent =
+              c.group.transport.lock()->statistics().control_messages_sent - before;
           const uint64_t want = bruck ? 2 * log2p : log2p;
           check(sent == want, "p=" + std::to_string(c.p) + " pieces of " + std::to_string(8 * k) +
                                   " bytes: " + std::to_string(sent) + " messages, expected " +

@@ -192,7 +192,12 @@ class UcxTransport final : public Transport {
   int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
 
   // UCX owns its endpoints' resources; what we report is how many we opened (on first use).
-  Footprint footprint() const override;
+  Statistics statistics() const override {
+    Statistics s = Transport::statistics();
+    s.footprint = footprint();
+    return s;
+  }
+  Footprint footprint() const;
 
   void flushed(UcxRequest* req, ucs_status_t status);
 

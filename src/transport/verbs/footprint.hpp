@@ -1,7 +1,7 @@
 #pragma once
 // What the verbs transport pins and allocates per process, as a pure function of how many
 // peers it connects, so the plan is unit-tested for any p and the live transport reports the
-// same numbers (Transport::footprint()). Every buffer and queue shared by the peers is sized by
+// same numbers (Transport::statistics().footprint). Every buffer and queue shared by the peers is sized by
 // the traffic, not by p: control receives come from one shared receive queue (SRQ), control
 // sends take buffers from one shared pool, and the send work requests in flight over all QPs
 // are capped, which bounds the CQ. Before, every peer had 32 receive and 64 send buffers of

@@ -233,11 +233,16 @@ class VerbsTransport final : public Transport {
 
   void after_wait() override;
 
-  uint64_t registrations() const override { return cache_->stats().registrations; }
-  Counters counters() const override { return counters_; }
+  Statistics statistics() const override {
+    Statistics s = Transport::statistics();
+    s.registrations = cache_->stats().registrations;
+    s.counters = counters_;
+    s.footprint = footprint();
+    return s;
+  }
   // The plan for the peers connected so far; the CQ was sized in address() for every peer,
   // which the cap on sends in flight bounds (verbs_plan::cq_entries).
-  Footprint footprint() const override;
+  Footprint footprint() const;
 
   std::optional<std::string> peer_failure(int peer) override;
   int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
