@@ -61,11 +61,17 @@ void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int
     return;
   }
   // Flat (p*n0, ...) or stacked (p, n0, ...): the trailing dimensions must agree with the input.
-  std::vector<int64_t> flat = is.empty() ? std::vector<int64_t>{p} : is;
-  if (!is.empty()) flat[0] *= p;
-  std::vector<int64_t> stacked = is;
-  stacked.insert(stacked.begin(), p);
-  if (os != flat && os != stacked) {
+  // Compared in place: the shapes are built only for the error (two allocations per call).
+  const bool is_flat = is.empty() ? os.size() == 1 && os[0] == p
+                                  : os.size() == is.size() && os[0] == is[0] * p &&
+                                        std::equal(is.begin() + 1, is.end(), os.begin() + 1);
+  const bool is_stacked = os.size() == is.size() + 1 && os[0] == p &&
+                          std::equal(is.begin(), is.end(), os.begin() + 1);
+  if (!is_flat && !is_stacked) {
+    std::vector<int64_t> flat = is.empty() ? std::vector<int64_t>{p} : is;
+    if (!is.empty()) flat[0] *= p;
+    std::vector<int64_t> stacked = is;
+    stacked.insert(stacked.begin(), p);
     error = "output shape " + shape_string(os) + " is neither the flat " + shape_string(flat) +
             " nor the stacked " + shape_string(stacked) + " gather of input shape " +
             shape_string(is) + " over " + std::to_string(p) + " ranks";
