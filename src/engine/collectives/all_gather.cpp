@@ -93,11 +93,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     mine.window = window->id;
     mine.window_offset = window_offset;
   } else if (mine.ok) {
-    region = t.register_memory(out, out_bytes);
-    mine.out_addr = reinterpret_cast<uint64_t>(out);
-    mine.out_bytes = out_bytes;
-    key = region->packed_key();
-    mine.key = key;
+    region = expose_target(t, mine, out, out_bytes, key);
   }
   // A ring writes only to its successor, so it needs only the successor's descriptor: one
   // message per rank and call, to and from its ring neighbours (engine/call.hpp).

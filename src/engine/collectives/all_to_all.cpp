@@ -105,11 +105,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
           if (in_bytes > 0 && in_bytes + mine.splits.size() <= limit && !bruck_offer)
             mine.inline_data = {in, in_bytes};
           if (out_bytes > limit && !bruck_offer) {
-            region = t.register_memory(out, out_bytes);
-            mine.out_addr = reinterpret_cast<uint64_t>(out);
-            mine.out_bytes = out_bytes;
-            key = region->packed_key();
-            mine.key = key;
+            region = expose_target(t, mine, out, out_bytes, key);
           }
         }
         const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);

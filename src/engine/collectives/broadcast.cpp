@@ -49,11 +49,7 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
         transport::Bytes key;
         CallDescriptor mine = make_descriptor(g, call, a);
         if (mine.ok) {
-          region = t.register_memory(data, bytes);
-          mine.out_addr = reinterpret_cast<uint64_t>(data);
-          mine.out_bytes = bytes;
-          key = region->packed_key();
-          mine.key = key;
+          region = expose_target(t, mine, data, bytes, key);
         }
         const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
         if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
@@ -109,11 +105,7 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherA
           transport::Bytes key;
           CallDescriptor mine = make_descriptor(g, call, a);
           if (mine.ok) {
-            region = t.register_memory(data, bytes);
-            mine.out_addr = reinterpret_cast<uint64_t>(data);
-            mine.out_bytes = bytes;
-            key = region->packed_key();
-            mine.key = key;
+            region = expose_target(t, mine, data, bytes, key);
           }
           const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
           if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "engine/call_args.hpp"
@@ -34,6 +35,20 @@ namespace rdmacoll::engine {
 // schedule, made once per group.
 schedule::Algorithm algorithm_for(GroupState& g, size_t bytes_per_rank);
 const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank);
+
+// Registers [base, +bytes) as where peers write this call's data and names it in our
+// descriptor (address, length, key); `key` holds the key's bytes until the descriptor has left.
+// Returns the registration, which the call keeps until it ends.
+inline std::shared_ptr<transport::MemoryRegion> expose_target(transport::Transport& t,
+                                                              CallDescriptor& mine, void* base,
+                                                              size_t bytes, transport::Bytes& key) {
+  auto region = t.register_memory(base, bytes);
+  mine.out_addr = reinterpret_cast<uint64_t>(base);
+  mine.out_bytes = bytes;
+  key = region->packed_key();
+  mine.key = key;
+  return region;
+}
 
 // all_gather.cpp
 void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a);

@@ -68,11 +68,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
           if (inline_path && !root) {
             mine.inline_data = {a.in, chunk};
           } else if (!inline_path && root) {
-            region = t.register_memory(a.out, p * chunk);
-            mine.out_addr = reinterpret_cast<uint64_t>(a.out);
-            mine.out_bytes = p * chunk;
-            key = region->packed_key();
-            mine.key = key;
+            region = expose_target(t, mine, a.out, p * chunk, key);
             // Posted before the descriptor leaves: the writes may come as soon as it lands.
             for (int r = 0; r < p; ++r) {
               if (r == a.root) continue;

@@ -54,15 +54,11 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     transport::Bytes key;
     CallDescriptor mine = make_round_descriptor(g, call, a);
     if (mine.ok) {
-      region = t.register_memory(slots, (p - 1) * piece);
+      region = expose_target(t, mine, slots, (p - 1) * piece, key);
       if (t.needs_registered_source()) {
         input_region = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
         acc_region = t.register_memory(acc, 2 * piece);
       }
-      mine.out_addr = reinterpret_cast<uint64_t>(slots);
-      mine.out_bytes = (p - 1) * piece;
-      key = region->packed_key();
-      mine.key = key;
     }
     const schedule::Schedule sched = schedule::ring_reduce_scatter(g.ring_order, g.rank);
     const int next = sched.steps[0].sends[0].peer;
@@ -146,14 +142,10 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     transport::Bytes key;
     CallDescriptor mine = make_round_descriptor(g, call, a);
     if (mine.ok) {
-      region = t.register_memory(slots, p * piece);
+      region = expose_target(t, mine, slots, p * piece, key);
       if (t.needs_registered_source()) {
         source = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
       }
-      mine.out_addr = reinterpret_cast<uint64_t>(slots);
-      mine.out_bytes = p * piece;
-      key = region->packed_key();
-      mine.key = key;
     }
     const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);

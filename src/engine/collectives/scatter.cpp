@@ -67,11 +67,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
           if (inline_path && root) {
             mine.inline_data = {in, p * chunk};
           } else if (!inline_path && !root) {
-            region = t.register_memory(out, chunk);
-            mine.out_addr = reinterpret_cast<uint64_t>(out);
-            mine.out_bytes = chunk;
-            key = region->packed_key();
-            mine.key = key;
+            region = expose_target(t, mine, out, chunk, key);
             const uint64_t tag = transport::write_signal(call.token(), 0);
             call.recvs().push_back({call.guarded([&] {
                                       return t.expect(call.global(root_rank), *region, 0, chunk,
