@@ -114,23 +114,19 @@ size_t PointToPoint::outstanding() {
 
 void PointToPoint::send(GroupState& g, const void* data, size_t bytes, int peer, uint32_t tag,
                         std::shared_ptr<WorkState> work) {
-  auto op = new_op();
-  op->kind = Op::Kind::Send;
-  op->data = static_cast<uint8_t*>(const_cast<void*>(data));
-  op->bytes = bytes;
-  op->peer = peer;
-  op->tag = tag;
-  op->g = &g;
-  op->work = std::move(work);
-  op->asked = peer;
-  (void)g.members.at(peer);
-  add(std::move(op));
+  start(Op::Kind::Send, g, const_cast<void*>(data), bytes, peer, tag, std::move(work));
 }
 
 void PointToPoint::recv(GroupState& g, void* data, size_t bytes, int peer, uint32_t tag,
                         std::shared_ptr<WorkState> work) {
+  start(Op::Kind::Recv, g, data, bytes, peer, tag, std::move(work));
+}
+
+void PointToPoint::start(OpKind kind, GroupState& g, void* data, size_t bytes, int peer,
+                         uint32_t tag, std::shared_ptr<WorkState> work) {
+  if (kind == Op::Kind::Send || peer >= 0) (void)g.members.at(peer);  // -1: any source
   auto op = new_op();
-  op->kind = Op::Kind::Recv;
+  op->kind = kind;
   op->data = static_cast<uint8_t*>(data);
   op->bytes = bytes;
   op->peer = peer;
@@ -138,7 +134,6 @@ void PointToPoint::recv(GroupState& g, void* data, size_t bytes, int peer, uint3
   op->g = &g;
   op->work = std::move(work);
   op->asked = peer;
-  if (peer >= 0) (void)g.members.at(peer);
   add(std::move(op));
 }
 

@@ -54,12 +54,16 @@ class PointToPoint {
   size_t outstanding();
 
  private:
+  enum class OpKind { Send, Recv };
   struct Op;
   using Finished = std::pair<std::shared_ptr<WorkState>, std::exception_ptr>;
   using Channel = std::tuple<uint32_t, int, uint32_t>;  // group, peer (group rank), tag
 
   struct Helper;
 
+  // send() and recv(): an operation of `kind`, started in add().
+  void start(OpKind kind, GroupState& g, void* data, size_t bytes, int peer, uint32_t tag,
+             std::shared_ptr<WorkState> work);
   void add(std::unique_ptr<Op> op);
   void drive();
   // A waiter's thread carries the operations on until `work` has completed (the driver stands

@@ -34,7 +34,8 @@ struct Uninitialized : std::allocator<T> {
 using MessageBuffer = std::vector<uint8_t, Uninitialized<uint8_t>>;
 
 struct PointToPoint::Op {
-  enum class Kind { Send, Recv } kind = Kind::Send;
+  using Kind = OpKind;
+  Kind kind = Kind::Send;
   GroupState* g = nullptr;
   uint32_t group = 0;
   int me = -1;    // our group rank
