@@ -12,12 +12,12 @@
 
 #include "api/debug.hpp"
 #include "api/world.hpp"
+#include "common/ranks.hpp"
 #include "engine/leaving.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll {
 
-using api::join;
 using api::require_world;
 using api::resolve;
 using api::World;
@@ -175,10 +175,10 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   std::sort(sorted.begin(), sorted.end());  // as torch does: group rank order is sorted order
   if (sorted.empty()) throw InvalidArgument("new_group: ranks must not be empty");
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    throw InvalidArgument("new_group: ranks " + join(ranks) + " contain a duplicate");
+    throw InvalidArgument("new_group: ranks " + join_ranks(ranks) + " contain a duplicate");
   }
   if (sorted.front() < 0 || sorted.back() >= ctx.world_size) {
-    throw InvalidArgument("new_group: ranks " + join(ranks) + " must lie in [0, " +
+    throw InvalidArgument("new_group: ranks " + join_ranks(ranks) + " must lie in [0, " +
                           std::to_string(ctx.world_size) + ")");
   }
   auto g = std::make_shared<GroupState>();
@@ -248,7 +248,7 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    throw InvalidArgument(where + ": world ranks " + join(members) +
+    throw InvalidArgument(where + ": world ranks " + join_ranks(members) +
                           " contain a duplicate; does every member use its own world rank?");
   }
   const std::string id_text = store->get_string("rdmacoll/group_id", wait);

@@ -71,15 +71,6 @@ engine::SpinPolicy spin_policy(const World& w) {
 
 }  // namespace
 
-std::string join(const std::vector<int>& v) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < v.size(); ++i)
-    os << (i ? ", " : "") << v[i];
-  os << ']';
-  return os.str();
-}
-
 std::string shape_string(const std::vector<int64_t>& sizes) {
   std::ostringstream os;
   os << '(';

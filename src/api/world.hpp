@@ -48,7 +48,6 @@ engine::Engine& engine_of(const GroupState& group, const char* what);
 // Virtual orders for a group whose members (in group rank order) have these placements.
 void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members);
 
-std::string join(const std::vector<int>& v);                  // "[0, 1, 3]"
 std::string shape_string(const std::vector<int64_t>& sizes);  // "(4, 2)", "(4,)"
 
 }  // namespace rdmacoll::api

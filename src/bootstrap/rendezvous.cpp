@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <sstream>
 
 #include "bootstrap/prefixed_store.hpp"
 #include "bootstrap/store_gather.hpp"
 #include "common/log.hpp"
+#include "common/ranks.hpp"
 #include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 
@@ -22,15 +22,6 @@ constexpr const char* kAbortKey = "rdmacoll/abort";
 // How long each wait on the store lasts before it looks at the abort key again.
 constexpr std::chrono::milliseconds kSlice(250);
 constexpr size_t kMaxJobIdBytes = 256;
-
-std::string join(const std::vector<int>& v) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < v.size(); ++i)
-    os << (i ? ", " : "") << v[i];
-  os << ']';
-  return os.str();
-}
 
 std::vector<std::string> lines_of(const Bytes& b) {
   std::vector<std::string> out;
@@ -269,7 +260,7 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
       for (const auto& line : server_->refusals())
         refused += "; the store refused " + line;
     }
-    throw Timeout(where_ + ": ranks " + join(missing) + what + " at the " + store_addr +
+    throw Timeout(where_ + ": ranks " + join_ranks(missing) + what + " at the " + store_addr +
                   " within " + std::to_string(timeout_.count()) + " ms" + refused);
   } catch (const PeerFailure& e) {
     throw PeerFailure(where_ + ": " +

@@ -1,18 +1,12 @@
 #include "engine/group_state.hpp"
 
-#include <sstream>
-
+#include "common/ranks.hpp"
 #include "engine/p2p.hpp"
 
 namespace rdmacoll::detail {
 
 std::string GroupState::describe(uint32_t id, const std::vector<int>& members) {
-  std::ostringstream os;
-  os << "group " << id << " (ranks [";
-  for (size_t i = 0; i < members.size(); ++i)
-    os << (i ? ", " : "") << members[i];
-  os << "])";
-  return os.str();
+  return "group " + std::to_string(id) + " (ranks " + join_ranks(members) + ")";
 }
 
 void GroupState::release() {
