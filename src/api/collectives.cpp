@@ -65,8 +65,8 @@ void check_all_gather_args(const Tensor& output, const Tensor& input, int p, int
   const bool is_flat = is.empty() ? os.size() == 1 && os[0] == p
                                   : os.size() == is.size() && os[0] == is[0] * p &&
                                         std::equal(is.begin() + 1, is.end(), os.begin() + 1);
-  const bool is_stacked = os.size() == is.size() + 1 && os[0] == p &&
-                          std::equal(is.begin(), is.end(), os.begin() + 1);
+  const bool is_stacked =
+      os.size() == is.size() + 1 && os[0] == p && std::equal(is.begin(), is.end(), os.begin() + 1);
   if (!is_flat && !is_stacked) {
     std::vector<int64_t> flat = is.empty() ? std::vector<int64_t>{p} : is;
     if (!is.empty()) flat[0] *= p;

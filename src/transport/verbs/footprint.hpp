@@ -1,13 +1,13 @@
 #pragma once
 // What the verbs transport pins and allocates per process, as a pure function of how many
 // peers it connects, so the plan is unit-tested for any p and the live transport reports the
-// same numbers (Transport::statistics().footprint). Every buffer and queue shared by the peers is sized by
-// the traffic, not by p: control receives come from one shared receive queue (SRQ), control
-// sends take buffers from one shared pool, and the send work requests in flight over all QPs
-// are capped, which bounds the CQ. Before, every peer had 32 receive and 64 send buffers of
-// 4 KiB (about 400 KB pinned per peer, 400 MB per rank at 1024 ranks) and the CQ grew by 96
-// entries per peer. QPs are made on first use (verbs_transport.cpp), so `peers` is the peers
-// a rank's schedules touch: O(log p) for recursive doubling and Bruck, 2 for the ring.
+// same numbers (Transport::statistics().footprint). Every buffer and queue shared by the peers is
+// sized by the traffic, not by p: control receives come from one shared receive queue (SRQ),
+// control sends take buffers from one shared pool, and the send work requests in flight over all
+// QPs are capped, which bounds the CQ. Before, every peer had 32 receive and 64 send buffers of 4
+// KiB (about 400 KB pinned per peer, 400 MB per rank at 1024 ranks) and the CQ grew by 96 entries
+// per peer. QPs are made on first use (verbs_transport.cpp), so `peers` is the peers a rank's
+// schedules touch: O(log p) for recursive doubling and Bruck, 2 for the ring.
 
 #include <algorithm>
 #include <cstddef>
