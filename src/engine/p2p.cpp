@@ -41,8 +41,8 @@ std::string PointToPoint::Op::what() const {
   return std::string(send ? "send" : "recv") + " of " + std::to_string(bytes) + " bytes " +
          (send ? "to" : "from") +
          (asked < 0 ? std::string(" any rank") : " rank " + std::to_string(global(asked))) +
-         " (tag " + std::to_string(tag) + ", " + GroupState::describe(group, *members) + ", rank " +
-         std::to_string(self) + ")";
+         " (tag " + std::to_string(tag) + ", " + GroupState::describe(group, g->members) +
+         ", rank " + std::to_string(self) + ")";
 }
 
 // What a Work's waiter reaches the driver through: it may outlive the PointToPoint, which
@@ -142,7 +142,6 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   op->group = g.id;
   op->me = g.rank;
   op->self = g.global_rank;
-  op->members = &g.members;
   if (!g.is_member()) raise_invalid(op->what() + ": this rank is not a member of the group");
   if (g.broken)
     raise_invalid(op->what() + ": the group is unusable after an earlier failure: " + *g.broken);

@@ -47,9 +47,8 @@ struct PointToPoint::Op {
   uint64_t seq = 0;  // on the (sender, receiver, tag) channel, once known
   std::shared_ptr<WorkState> work;
   transport::Clock::time_point deadline;
-  int asked = -1;                             // the peer as the caller gave it (-1: any source)
-  const std::vector<int>* members = nullptr;  // the group's (which abandons its operations)
-  uint32_t idle_steps = 0;                    // steps since it last moved
+  int asked = -1;           // the peer as the caller gave it (-1: any source)
+  uint32_t idle_steps = 0;  // steps since it last moved
   // When the peer's liveness is looked at next (a syscall: not on every step).
   transport::Clock::time_point next_liveness{};
 
@@ -74,7 +73,8 @@ struct PointToPoint::Op {
   std::unique_ptr<transport::RemoteRegion> remote;
   std::optional<uint64_t> token;
 
-  int global(int group_rank) const { return (*members)[group_rank]; }
+  // The group abandons its operations before it goes: `g` outlives them.
+  int global(int group_rank) const { return g->members[group_rank]; }
 };
 
 }  // namespace rdmacoll::engine

@@ -130,7 +130,7 @@ void PointToPoint::start_recv(Op& op) {
   op.started = true;
   if (op.peer < 0) {
     // From any source: whichever member's data message comes first (a stashed one first).
-    const int p = static_cast<int>(op.members->size());
+    const int p = op.g->size();
     for (int r = 0; r < p; ++r) {
       if (r == op.me) continue;
       auto it = stash_.find({op.group, r, op.tag});

@@ -163,9 +163,10 @@ std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lo
   queue.pop_front();
   queued.fetch_sub(1, std::memory_order_release);
   lock.unlock();
+  const bool deferred = item.deferred();
   std::exception_ptr error;
   try {
-    if (item.deferred) {
+    if (deferred) {
       item.start(item.work);
     } else {
       item.op();
@@ -179,7 +180,7 @@ std::shared_ptr<WorkState> QueueCore::run_front(std::unique_lock<std::mutex>& lo
   busy.store(false, std::memory_order_release);
   // A deferred item's work finishes later, where its operation ends, unless it failed to
   // start or ended while starting.
-  const bool finish_now = !item.deferred || error || item.work->take_early_finish(error);
+  const bool finish_now = !deferred || error || item.work->take_early_finish(error);
   if (finish_now) item.work->finish(error);
   lock.lock();
   if (worker_waits_busy || draining.load()) cv.notify_all();
@@ -194,7 +195,7 @@ bool QueueCore::run_until(const WorkState* target) {
       queued_here = queued_here || i.work.get() == target;
     if (!queued_here || !try_acquire()) return false;
     waiter_took_last = true;
-    const bool deferred = queue.front().deferred;
+    const bool deferred = queue.front().deferred();
     if (run_front(lock).get() != target) continue;
     // A send or receive waits for its peer, which may wait for what this rank issued after it
     // (irecv, isend, then a wait on the receive): the point-to-point operations queued right
@@ -202,7 +203,7 @@ bool QueueCore::run_until(const WorkState* target) {
     // count as this thread's own, so starting them wakes no one: the waiter usually waits for
     // them next (each part of a batch), and the point-to-point driver looks for any left
     // unattended on its own (p2p.hpp).
-    while (deferred && !queue.empty() && queue.front().deferred && try_acquire()) {
+    while (deferred && !queue.empty() && queue.front().deferred() && try_acquire()) {
       const detail::StartingHere starting(queue.front().work.get());
       run_front(lock);
     }
@@ -216,7 +217,6 @@ std::shared_ptr<WorkState> GroupQueue::submit_deferred(
   QueueCore::Item item;
   item.start = std::move(start);
   item.work = work;
-  item.deferred = true;
   enqueue(std::move(item));
   return work;
 }

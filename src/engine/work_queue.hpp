@@ -122,12 +122,13 @@ using detail::WorkState;
 struct QueueCore {
   struct Item {
     std::function<void()> op;
-    // A deferred item's: starts the operation that finishes `work` (one function, not one
-    // wrapped in another: each is an allocation per send or receive).
+    // A deferred item's (submit_deferred), in place of `op`: starts the operation that
+    // finishes `work` itself, later (one function, not one wrapped in another: each is an
+    // allocation per send or receive).
     std::function<void(const std::shared_ptr<WorkState>&)> start;
     std::shared_ptr<WorkState> work;
     std::chrono::steady_clock::time_point queued_at;
-    bool deferred = false;  // the op finishes its work itself, later (submit_deferred)
+    bool deferred() const { return static_cast<bool>(start); }
   };
   std::mutex mu;
   std::condition_variable cv;
