@@ -132,6 +132,8 @@ std::vector<Spec> make_registry() {
                   "verbs: delay the first QP transition"));
   hook(count_spec("RDMACOLL_TEST_QP_DELAY_RANK", Scope::Rank, "none", 0, 1u << 24,
                   "the rank RDMACOLL_TEST_QP_DELAY_MS delays"));
+  hook(count_spec("RDMACOLL_TEST_SRQ_RECEIVES", Scope::Rank, "the device's", 17, 8192,
+                  "verbs: hold the shared receive queue to this many receives"));
   return r;
 }
 

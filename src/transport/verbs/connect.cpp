@@ -19,8 +19,11 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   ibv_device_attr dattr{};
   if (ibv_query_device(ctx_, &dattr) != 0)
     throw TransportError("verbs: ibv_query_device failed: " + errno_text(errno));
-  receive_capacity_ =
-      verbs_plan::receive_capacity(peers, static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)));
+  // The test hook holds the queue small enough for its limit event to fire with a few peers.
+  const uint64_t device_max =
+      std::min(static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)),
+               settings::count("RDMACOLL_TEST_SRQ_RECEIVES", verbs_plan::kMaxReceives));
+  receive_capacity_ = verbs_plan::receive_capacity(peers, device_max);
   grant_ = verbs_plan::grant_per_peer(peers, receive_capacity_);
   if (peers * grant_ > receive_capacity_) {
     log::warn("verbs: the shared receive queue holds " + std::to_string(receive_capacity_) +

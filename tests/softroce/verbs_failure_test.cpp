@@ -1,0 +1,201 @@
+// Over SoftRoCE (tests/softroce/run-suite.sh): flow control of the shared receive queue, and
+// peers that die mid-call.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "verbs_common.hpp"
+
+namespace rdmacoll {
+namespace {
+
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::gather_and_check;
+using testing::input_value;
+using testing::run_ranks;
+using testing::RunOptions;
+using verbs_testing::init_as_own_host;
+using verbs_testing::require_verbs;
+using verbs_testing::transport_counter;
+
+// Rank 1 stops making calls (busy for 2 s, far past the few milliseconds its QPs retry
+// "receiver not ready") while rank 0 posts `messages` small sends to it, each a SEND (no eager
+// slots): every message arrives whole once rank 1 reads. Returns on each rank.
+void receiver_stops_calling(int rank, int messages) {
+  constexpr int64_t kElements = 5;
+  auto value = [](int i, int64_t e) { return static_cast<float>(i * 8 + e); };
+  barrier();
+  if (rank == 0) {
+    std::vector<Tensor> keep;
+    std::vector<Work> works;
+    for (int i = 0; i < messages; ++i) {
+      Tensor t = zeros({kElements});
+      for (int64_t e = 0; e < kElements; ++e)
+        t.set(e, value(i, e));
+      keep.push_back(t);
+      works.push_back(send(keep.back(), 1, {}, i % 7, true));
+    }
+    when_all(works).wait();
+  } else {
+    // The scenario itself, not a wait for something: a rank busy elsewhere.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    for (int i = 0; i < messages; ++i) {
+      Tensor t = zeros({kElements});
+      recv(t, 0, {}, i % 7);
+      for (int64_t e = 0; e < kElements; ++e)
+        RANK_CHECK(t.item(e) == value(i, e),
+                   "message " << i << " element " << e << ": got " << t.item(e));
+    }
+  }
+  barrier();
+}
+
+// 600 sends, more than rank 1's whole shared receive queue: the sender holds back what its
+// receive credits do not cover, and nothing fails. Without credits the queue runs dry and the
+// sender's QP exhausts its RNR retries.
+TEST(Verbs, AReceiverThatStopsCallingHoldsSendersBackAndNothingFails) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "0"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        require_verbs();
+        const uint64_t waits = transport_counter("credit_waits");
+        receiver_stops_calling(rank, 600);
+        if (rank == 0) {
+          RANK_CHECK(transport_counter("credit_waits") > waits, "no send waited for a credit");
+        } else {
+          RANK_CHECK(transport_counter("receive_credit_writes") > 0, "no credit handed back");
+        }
+      },
+      opt));
+}
+
+// The queue's limit event (IBV_EVENT_SRQ_LIMIT_REACHED, armed at 16 receives): with the queue
+// held to 20 receives (a test hook), rank 0's 8 credits take it below the limit while rank 1
+// is busy; the device reports it, rank 1 counts it (receive_queue_low) once it calls again,
+// and the messages still all arrive whole. On a real queue this takes nearly every peer of a
+// large job holding every credit at once. The event is read every 10 ms of progress, so the
+// ranks agree, call by call, when rank 1 has seen it (at most 500 calls).
+TEST(Verbs, TheSharedQueuesLimitEventIsCountedAndNothingFails) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_IB_EAGER_SLOTS", "0"}, {"RDMACOLL_TEST_SRQ_RECEIVES", "20"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        require_verbs();
+        receiver_stops_calling(rank, 100);
+        bool seen = false;
+        for (int i = 0; i < 500 && !seen; ++i) {
+          Tensor flag = zeros({1}, DType::Int32);
+          flag.set(0, rank == 0 || transport_counter("receive_queue_low") > 0 ? 1 : 0);
+          all_reduce(flag, ReduceOp::Min);
+          seen = flag.item(0) == 1;
+        }
+        RANK_CHECK(seen, "rank 1 never counted the shared receive queue's limit event");
+      },
+      opt));
+}
+
+// A peer killed in the middle of a 4 MiB write it receives: the writer raises PeerFailure (or
+// Timeout) within the timeout, a second group keeps running meanwhile and after, and the
+// writer's sends in flight and send buffers in use fall back to what the pair's own calls hold
+// (the failed peer's QPs go to ERR and what was posted there is retired at once; a leaked
+// 4 MiB write alone would hold 4 work requests).
+TEST(Verbs, PeerKilledMidWriteGivesItsCapsAndBuffersBack) {
+  RunOptions opt;
+  opt.init = false;
+  opt.kill_on_failure = false;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};
+  auto results = run_ranks(
+      3,
+      [](int rank, int) {
+        init_as_own_host(rank);
+        require_verbs();
+        Group pair = new_group({0, 1});
+        const int64_t n = (4 << 20) / 4;
+        auto reduce_pair = [&](int iter) {
+          Tensor t = zeros({1000});
+          for (int64_t i = 0; i < 1000; ++i)
+            t.set(i, rank + iter + i % 3);
+          all_reduce(t, ReduceOp::Sum, pair);
+          for (int64_t i = 0; i < 1000; ++i)
+            RANK_CHECK(t.item(i) == 1 + 2 * (iter + i % 3), "iter " << iter << " element " << i);
+        };
+        // Quiet: at most the pair's own last call still in flight (its completions are polled
+        // by later calls). Both members decide together, so they make the same calls.
+        auto quiet = [&]() {
+          for (int i = 0; i < 50; ++i) {
+            barrier(pair);
+            unsigned long long sends = 0, buffers = 0;
+            std::sscanf(detail::transport_in_flight().c_str(),
+                        "sends_in_flight=%llu send_buffers_in_use=%llu", &sends, &buffers);
+            Tensor ok = zeros({1}, DType::Int32);
+            ok.set(0, sends <= 2 && buffers <= 1 ? 1 : 0);
+            all_reduce(ok, ReduceOp::Sum, pair);
+            if (ok.item(0) == 2) return true;
+          }
+          return false;
+        };
+        if (rank != 2) {
+          reduce_pair(0);
+          RANK_CHECK(quiet(), "never quiet before the failure: " << detail::transport_in_flight());
+        }
+        barrier();  // every QP up; rank 2's too
+        if (rank == 2) {
+          Tensor big = zeros({n});
+          Work w = recv(big, 0, {}, 0, true);
+          // Dies once the first bytes have landed: the write is under way.
+          const volatile float* first = static_cast<const float*>(big.data());
+          while (*first == 0.0f)
+            std::this_thread::yield();
+          ::raise(SIGKILL);
+        }
+        if (rank == 0) {
+          Tensor big = zeros({n});
+          for (int64_t i = 0; i < n; ++i)
+            big.set(i, 1 + i % 5);
+          Work w = send(big, 2, {}, 0, true);
+          for (int iter = 1; iter <= 5; ++iter)
+            reduce_pair(iter);
+          testing::expect_peer_failure_or_timeout([&] { w.wait(); });
+        } else {
+          for (int iter = 1; iter <= 5; ++iter)
+            reduce_pair(iter);
+        }
+        for (int iter = 6; iter <= 10; ++iter)
+          reduce_pair(iter);
+        RANK_CHECK(quiet(), "what was in flight to the dead peer never came back: "
+                                << detail::transport_in_flight());
+        destroy_process_group();
+      },
+      opt);
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
+}
+
+TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {
+  RunOptions opt;
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "20"}};
+  opt.kill_on_failure = false;
+  auto results = run_ranks(
+      3,
+      [](int rank, int world) {
+        require_verbs();
+        testing::gather_until_a_peer_dies(rank, world, 64, 2, 5);
+      },
+      opt);
+  EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace rdmacoll
