@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The layout rules docs/design.md states, checked on every test run (ctest: layout.*).
+
+- Includes point one way: api -> engine -> schedule/topology -> transport, with bootstrap and
+  common below them all; a file includes its own layer or a lower one, never a higher one.
+- Public headers (include/rdmacoll/) include only each other: no internal type leaks out.
+- The Python backend (python/src/) is a layer on the public API: it includes rdmacoll/ headers
+  and its own, nothing of src/.
+- No source file is over 600 lines: a file that grows past that is split along its concerns.
+
+Usage: check_layout.py SOURCE_DIR. Prints every breach and exits 1 if there is one.
+"""
+import os
+import re
+import sys
+
+LAYERS = {"common": 0, "bootstrap": 1, "transport": 2, "topology": 3, "schedule": 3,
+          "engine": 4, "api": 5}
+MAX_LINES = 600
+INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+
+
+def sources(root, top):
+    for base, dirs, files in os.walk(os.path.join(root, top)):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for f in files:
+            if f.endswith((".cpp", ".hpp", ".h", ".cc")):
+                yield os.path.join(base, f)
+
+
+def includes(path):
+    with open(path, errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m:
+                yield number, m.group(1)
+
+
+def main(root):
+    breaches = []
+    for path in sources(root, "src"):
+        layer = os.path.relpath(path, os.path.join(root, "src")).split(os.sep)[0]
+        for number, inc in includes(path):
+            target = inc.split("/")[0]
+            if layer in LAYERS and target in LAYERS and LAYERS[target] > LAYERS[layer]:
+                breaches.append(f"{path}:{number}: the {layer} layer includes {inc}, a layer above it")
+    for path in sources(root, "include"):
+        for number, inc in includes(path):
+            if not inc.startswith("rdmacoll/"):
+                breaches.append(f"{path}:{number}: a public header includes {inc}, not public")
+    for path in sources(root, "python"):
+        for number, inc in includes(path):
+            if inc.split("/")[0] in LAYERS:
+                breaches.append(f"{path}:{number}: the Python backend includes {inc}; use the "
+                                "public API (include/rdmacoll/)")
+    for top in ("src", "include", "python", "tests", "perf", "examples"):
+        for path in sources(root, top):
+            with open(path, errors="replace") as f:
+                lines = sum(1 for _ in f)
+            if lines > MAX_LINES:
+                breaches.append(f"{path}: {lines} lines, over {MAX_LINES}: split it along its "
+                                "concerns")
+    for b in breaches:
+        print(b)
+    print(f"{len(breaches)} breaches of the layout rules" if breaches else "layout rules hold")
+    return 1 if breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "."))
