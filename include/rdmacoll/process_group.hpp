@@ -84,7 +84,9 @@ void destroy_process_group();
 // straight into every member's output: one copy, no cross-memory attach, no registration.
 // Collective: every member calls it with the same sizes and dtype, in the same order as its
 // other calls on the group. Where the members cannot map each other's memory (several hosts,
-// no ptrace permission), the tensor is ordinary memory and collectives take their usual path.
+// no ptrace permission), the tensor is ordinary memory and collectives take their usual path;
+// across hosts over verbs it is registered with the NIC once, when made, so no call on it
+// registers it (a registration pins every page).
 Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
 // As empty(), but its bytes are unspecified, as torch.empty's: a tensor the members dropped is
 // reused without being cleared (allocators such as FSDP2's, which overwrite it anyway). Each

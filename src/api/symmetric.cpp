@@ -1,7 +1,8 @@
 // rdmacoll::empty: symmetric memory (engine/symmetric.hpp). The members allocate together: each
 // creates a memfd, the members all-gather (pid, fd, bytes), each maps every other's, and a
 // second all-gather says whether every member mapped every part. Only then is the window
-// published, on every member alike; otherwise every member's tensor is plain memory. A
+// published, on every member alike; otherwise every member's tensor is plain memory (across
+// hosts registered once with the NIC, Transport::pin_memory). A
 // published window comes back to the group's pool when its tensor goes, and a later empty()
 // takes it again when every member offers it (one round instead of two, nothing mapped).
 
@@ -155,6 +156,15 @@ Tensor make_window(engine::Engine& e, GroupState& g, std::vector<int64_t> sizes,
   }
   w->peers.clear();
   void* data = w->own->data();
+  // Across hosts the peers write into it over the NIC: registered now, once, so that no call
+  // on it registers (a registration pins every page: milliseconds per GiB). Where that fails
+  // (a low `ulimit -l`) the calls register it as any tensor, and say so if they cannot.
+  if (g.hosts > 1 && t && bytes > 0) {
+    try {
+      w->pinned = t->pin_memory(data, static_cast<size_t>(bytes));
+    } catch (const TransportError&) {
+    }
+  }
   return Tensor::owning(std::move(w), data, dtype, std::move(sizes));
 }
 

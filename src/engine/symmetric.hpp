@@ -3,7 +3,8 @@
 // of a group on one host, each member's part mapped by every member, so a collective whose
 // output lies in a window stores straight into its peers' outputs (one copy, no cross-memory
 // attach, no registration). The registry finds the window an output lies in; it holds windows
-// weakly, so a window goes with its last tensor.
+// weakly, so a window goes with its last tensor. Across hosts a member's part is its own
+// memory, registered with the NIC once when it is made (verbs), not on every call.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "transport/shared_segment.hpp"
+#include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
 
@@ -23,6 +25,9 @@ struct Window {
   std::unique_ptr<transport::SharedSegment> own;
   std::vector<std::unique_ptr<transport::SharedSegment>> peers;  // by group rank; ours empty
   std::vector<uint8_t*> base;  // every member's part as mapped here, by group rank
+  // Across hosts (never published): our part registered once, so that calls on it register
+  // nothing (Transport::pin_memory). Declared after `own`: it goes before the memory does.
+  std::shared_ptr<transport::MemoryRegion> pinned;
 
   ~Window();
 };

@@ -61,6 +61,10 @@ class SerializedTransport final : public Transport {
     return posted(inner_->recv(peer, tag, buffer, capacity));
   }
   bool needs_registered_source() const override { return inner_->needs_registered_source(); }
+  std::shared_ptr<MemoryRegion> pin_memory(void* base, size_t length) override {
+    std::lock_guard lock(mu_);
+    return inner_->pin_memory(base, length);
+  }
   void forget_registration(const MemoryRegion& region) override {
     std::lock_guard lock(mu_);
     inner_->forget_registration(region);

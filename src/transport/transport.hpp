@@ -121,6 +121,12 @@ class Transport {
   virtual void set_connection_store(std::shared_ptr<Store> /*store*/) {}
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
+  // Registers [base, base + length) once, for as long as the result is held: calls on memory
+  // inside it then register nothing (verbs; symmetric memory across hosts). nullptr where a
+  // call's registration costs nothing worth saving (UCX, in-process).
+  virtual std::shared_ptr<MemoryRegion> pin_memory(void* /*base*/, size_t /*length*/) {
+    return nullptr;
+  }
   // After a failed call: stop reusing `region`'s registration (engine/exposed_region.hpp).
   virtual void forget_registration(const MemoryRegion& /*region*/) {}
   virtual std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,

@@ -185,6 +185,30 @@ TEST(MrCacheWithFakeRegistrar, EvictDropsTheRegionsOfAFailedCall) {
   EXPECT_NE(c.get(at(0x10000), 0x4000)->handle, h);
 }
 
+// Symmetric memory across hosts is registered once, when it is made: while its holder keeps
+// the pin, every call inside it is served from it, past the cap, with the cache disabled (no
+// memory events) and after a failed call's eviction; once the holder lets go it is gone.
+TEST(MrCacheWithFakeRegistrar, APinnedRegionServesEveryCallInsideItUntilItsHolderLetsGo) {
+  FakeRegistrar f;
+  MrCache c = f.make(0x1000);  // a cap below the pinned region
+  auto pinned = c.pin(at(0x10000), 0x8000);
+  const void* h = pinned->handle;
+  EXPECT_EQ(c.get(at(0x10000), 0x8000)->handle, h);
+  EXPECT_EQ(c.get(at(0x12000), 0x1000)->handle, h);  // a call's output inside the tensor
+  c.get(at(0x90000), 0x1000);
+  c.get(at(0xa0000), 0x1000);  // LRU pressure evicts cached regions, not the pin
+  c.evict(0x10000, 0x8000);
+  EXPECT_EQ(c.get(at(0x14000), 0x4000)->handle, h);
+  c.disable();
+  EXPECT_EQ(c.get(at(0x10000), 0x100)->handle, h);
+  const uint64_t registrations = c.stats().registrations;
+  EXPECT_NE(c.get(at(0x17000), 0x2000)->handle, h);  // runs past its end: registered afresh
+  EXPECT_EQ(c.stats().registrations, registrations + 1);
+  pinned.reset();
+  EXPECT_EQ(f.live.count(reinterpret_cast<uintptr_t>(h)), 0u) << "a released pin stays registered";
+  EXPECT_NE(c.get(at(0x10000), 0x1000)->handle, h);
+}
+
 // The hook runs on whatever thread unmaps, while another registers: under TSan this checks the
 // ring's synchronisation, and that neither side blocks the other for good.
 TEST(MrCacheWithFakeRegistrar, UnmapsFromAnotherThreadWhileRegistering) {

@@ -46,9 +46,17 @@ std::shared_ptr<const MrCache::Region> MrCache::make(void* base, size_t length) 
 std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
   std::lock_guard lock(mu_);
   apply_invalidations_locked();
-  if (length == 0 || !enabled_) return make(base, length);
   const auto lo = reinterpret_cast<uintptr_t>(base);
   const uintptr_t hi = lo + length;
+  if (length > 0) {
+    for (const auto& weak : pinned_) {
+      if (auto r = weak.lock(); r && r->base <= lo && hi <= r->base + r->length) {
+        ++stats_.hits;
+        return r;
+      }
+    }
+  }
+  if (length == 0 || !enabled_) return make(base, length);
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     const Region& r = **it;
     if (r.base <= lo && hi <= r.base + r.length) {
@@ -80,6 +88,25 @@ std::shared_ptr<const MrCache::Region> MrCache::get(void* base, size_t length) {
   }
   if (lru_.size() != cached) publish_locked();
   return region;
+}
+
+std::shared_ptr<const MrCache::Region> MrCache::pin(void* base, size_t length) {
+  std::lock_guard lock(mu_);
+  std::erase_if(pinned_, [](const auto& weak) { return weak.expired(); });
+  std::shared_ptr<const Region> region = make(base, length);
+  if (length > 0) pinned_.push_back(region);
+  return region;
+}
+
+void MrCache::unpin_all() {
+  std::lock_guard lock(mu_);
+  for (const auto& weak : pinned_) {
+    if (auto r = weak.lock(); r && r->handle) {
+      (*deregister_)(r->handle);
+      const_cast<Region&>(*r).handle = nullptr;  // its deleter then deregisters nothing
+    }
+  }
+  pinned_.clear();
 }
 
 void MrCache::publish_locked(const Range* extra) {

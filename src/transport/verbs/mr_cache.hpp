@@ -26,6 +26,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace rdmacoll::transport {
 
@@ -58,9 +59,18 @@ class MrCache {
   MrCache(const MrCache&) = delete;
   MrCache& operator=(const MrCache&) = delete;
 
-  // A registration covering [base, base + length): a cached region containing it, else a new
-  // one. A zero length gets a region with no handle.
+  // A registration covering [base, base + length): a pinned or cached region containing it,
+  // else a new one. A zero length gets a region with no handle.
   std::shared_ptr<const Region> get(void* base, size_t length);
+
+  // Registers [base, base + length) for as long as the caller holds the result, and serves
+  // get() from it meanwhile, whatever the cap, the memory events or an eviction: the holder
+  // keeps the memory mapped (symmetric memory across hosts, registered once when it is made,
+  // so no call registers it).
+  std::shared_ptr<const Region> pin(void* base, size_t length);
+  // The device is going: deregisters what pins are still held (a tensor may outlive its
+  // process group), leaving their holders a region without a handle.
+  void unpin_all();
 
   // From the memory-event hook: [address, address + length) is no longer mapped.
   // No allocation, no blocking lock: it runs inside munmap and free.
@@ -106,7 +116,8 @@ class MrCache {
   std::shared_ptr<Deregister> deregister_;  // shared with regions that outlive the cache
 
   mutable std::mutex mu_;
-  std::list<std::shared_ptr<const Region>> lru_;  // front: most recently used
+  std::list<std::shared_ptr<const Region>> lru_;     // front: most recently used
+  std::vector<std::weak_ptr<const Region>> pinned_;  // pin()'s, while their holders keep them
   Stats stats_;
 
   // The hook's ring: written under spin_, drained under mu_ then spin_.

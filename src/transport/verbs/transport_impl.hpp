@@ -202,6 +202,7 @@ class VerbsTransport final : public Transport {
   void connect(int my_rank, const std::vector<Bytes>& addresses) override;
 
   std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) override;
+  std::shared_ptr<MemoryRegion> pin_memory(void* base, size_t length) override;
 
   void forget_registration(const MemoryRegion& region) override;
 

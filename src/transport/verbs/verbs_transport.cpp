@@ -72,6 +72,7 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
 VerbsTransport::~VerbsTransport() {
   // ucm holds its handler lock while a handler runs: none runs once this returns.
   if (hooked_) ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, &VerbsTransport::on_unmap, this);
+  cache_->unpin_all();
   cache_->clear();
   // Verbs frees in dependency order: QPs before the SRQ and CQ they use, registrations before
   // the PD, the CQ before its channel, the device last.
@@ -100,6 +101,10 @@ std::string VerbsTransport::describe() const {
 
 std::shared_ptr<MemoryRegion> VerbsTransport::register_memory(void* base, size_t length) {
   return std::make_shared<VerbsMemoryRegion>(base, length, cache_->get(base, length));
+}
+
+std::shared_ptr<MemoryRegion> VerbsTransport::pin_memory(void* base, size_t length) {
+  return std::make_shared<VerbsMemoryRegion>(base, length, cache_->pin(base, length));
 }
 
 void VerbsTransport::forget_registration(const MemoryRegion& region) {
