@@ -35,3 +35,18 @@ inline uint64_t transport_counter(const std::string& name) {
 }
 
 }  // namespace rdmacoll::verbs_testing
+
+// The names every SoftRoCE test file uses, in the anonymous namespace their tests live in.
+namespace rdmacoll {
+namespace {
+using testing::expect_all_ok;
+using testing::expect_throw_with;
+using testing::gather_and_check;
+using testing::input_value;
+using testing::run_ranks;
+using testing::RunOptions;
+using verbs_testing::init_as_own_host;
+using verbs_testing::require_verbs;
+using verbs_testing::transport_counter;
+}  // namespace
+}  // namespace rdmacoll

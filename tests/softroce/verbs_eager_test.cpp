@@ -11,16 +11,6 @@
 namespace rdmacoll {
 namespace {
 
-using testing::expect_all_ok;
-using testing::expect_throw_with;
-using testing::gather_and_check;
-using testing::input_value;
-using testing::run_ranks;
-using testing::RunOptions;
-using verbs_testing::init_as_own_host;
-using verbs_testing::require_verbs;
-using verbs_testing::transport_counter;
-
 // `calls` all-gathers of 2 int32 per rank (8 B: inline in the descriptor), every element
 // checked; what the eager counters moved by. `late`: messages found only after a sleep ran to
 // poll()'s 100 ms timeout. A lost wake-up shows there, but so does a writer that took that long

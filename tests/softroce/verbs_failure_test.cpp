@@ -14,16 +14,6 @@
 namespace rdmacoll {
 namespace {
 
-using testing::expect_all_ok;
-using testing::expect_throw_with;
-using testing::gather_and_check;
-using testing::input_value;
-using testing::run_ranks;
-using testing::RunOptions;
-using verbs_testing::init_as_own_host;
-using verbs_testing::require_verbs;
-using verbs_testing::transport_counter;
-
 // Rank 1 stops making calls (busy for 2 s, far past the few milliseconds its QPs retry
 // "receiver not ready") while rank 0 posts `messages` small sends to it, each a SEND (no eager
 // slots): every message arrives whole once rank 1 reads. Returns on each rank.

@@ -9,16 +9,6 @@
 namespace rdmacoll {
 namespace {
 
-using testing::expect_all_ok;
-using testing::expect_throw_with;
-using testing::gather_and_check;
-using testing::input_value;
-using testing::run_ranks;
-using testing::RunOptions;
-using verbs_testing::init_as_own_host;
-using verbs_testing::require_verbs;
-using verbs_testing::transport_counter;
-
 // Issue 24's collectives over verbs, as hosts of their own: inline (in the descriptors) and
 // past the inline limit (one-sided writes into the receivers' registered outputs), uneven
 // all-to-all splits with zeros, every element of every rank checked.

@@ -12,12 +12,6 @@
 namespace rdmacoll {
 namespace {
 
-using testing::expect_all_ok;
-using testing::run_ranks;
-using testing::RunOptions;
-using verbs_testing::init_as_own_host;
-using verbs_testing::require_verbs;
-
 // 2 ranks as hosts of their own, 64 KiB per rank (past the 2 KiB inline limit across hosts:
 // one-sided writes into the registered outputs), every element of every call checked. The
 // output outlives the process group: its registration goes with the device, and the tensor

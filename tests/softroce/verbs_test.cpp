@@ -25,16 +25,6 @@
 namespace rdmacoll {
 namespace {
 
-using testing::expect_all_ok;
-using testing::expect_throw_with;
-using testing::gather_and_check;
-using testing::input_value;
-using testing::run_ranks;
-using testing::RunOptions;
-using verbs_testing::init_as_own_host;
-using verbs_testing::require_verbs;
-using verbs_testing::transport_counter;
-
 class VerbsGroupSize : public ::testing::TestWithParam<int> {};
 
 TEST_P(VerbsGroupSize, OneElementToOneMiBFlatAndStacked) {
