@@ -180,7 +180,18 @@ TEST(Async, KilledRankMakesOutstandingWaitsRaise) {
           Tensor warm = filled(4, rank, i);
           all_reduce(warm);
         }
-        if (rank == 2) ::raise(SIGKILL);
+        // Rank 2 dies only once both others have finished the warm-up: a rank killed right
+        // after its last call returns can take that call's last message with it (over TCP,
+        // UCX may complete a send whose bytes are still in its own buffer), and a survivor
+        // would then fail in the warm-up, not in the calls under test. Each survivor tells
+        // rank 2 after its warm-up; rank 2 only receives, so nothing of its own is in flight.
+        Tensor done = zeros({1});
+        if (rank == 2) {
+          recv(done, 0);
+          recv(done, 1);
+          ::raise(SIGKILL);
+        }
+        send(done, 2);
         std::vector<Tensor> ts;
         std::vector<Work> works;
         for (int i = 0; i < 4; ++i) {
