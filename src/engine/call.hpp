@@ -33,7 +33,6 @@ class Call {
         g_(g),
         op_(op),
         seq_(g.next_seq++),
-        deadline_(Clock::now() + g.timeout),
         spin_(spin),
         recvs_(g.scratch.recvs),
         sends_(g.scratch.sends) {
@@ -145,11 +144,11 @@ class Call {
           for (size_t i = begin; i < end; ++i) {
             if (!list[i].req->done()) check_alive(list[i].peer);
           }
-          if (Clock::now() >= deadline_) fail<Timeout>(timeout_message(list, begin, end));
+          if (Clock::now() >= deadline()) fail<Timeout>(timeout_message(list, begin, end));
           // Listening costs two receives (and their cancels), so only calls that wait pay it.
           if (watching() && watch_.empty()) post_watch();
         },
-        [&] { t_.wait_for_event(deadline_); });
+        [&] { t_.wait_for_event(deadline()); });
   }
 
   // Waits until every other member's eager slot for this call is complete: polls our own
@@ -179,7 +178,7 @@ class Call {
           for (int peer = 0; peer < p; ++peer) {
             if (peer != g_.rank && !arrived(peer)) check_alive(peer);
           }
-          if (Clock::now() >= deadline_) {
+          if (Clock::now() >= deadline()) {
             fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
                           " ms; still waiting for the call descriptor (eager slot) of rank " +
                           std::to_string(global(missing())));
@@ -190,7 +189,7 @@ class Call {
           // ring, or we see their flag here and do not block.
           // (All four accesses are seq_cst, which orders each store before the later load.)
           slots.local_sleeping().store(flag, std::memory_order_seq_cst);
-          if (missing() >= 0) t_.wait_for_event(deadline_);
+          if (missing() >= 0) t_.wait_for_event(deadline());
           slots.local_sleeping().store(0, std::memory_order_relaxed);
         });
   }
@@ -239,7 +238,13 @@ class Call {
   GroupState& g_;
   const char* op_;
   uint64_t seq_;
-  Clock::time_point deadline_;
+  // Read from the clock when a wait first stalls, not when the call starts: a small call that
+  // never stalls reads no clock (its spin budget is at most a few ms of the timeout).
+  Clock::time_point deadline() {
+    if (deadline_ == Clock::time_point{}) deadline_ = Clock::now() + g_.timeout;
+    return deadline_;
+  }
+  Clock::time_point deadline_{};
   SpinPolicy spin_;
   Clock::time_point spin_until_{};
   std::vector<Pending>& recvs_;  // the group's scratch lists
