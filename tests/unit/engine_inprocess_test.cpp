@@ -19,6 +19,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "inprocess_world.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/tensor.hpp"
 #include "topology/topology.hpp"
@@ -28,76 +29,6 @@ namespace rdmacoll::engine {
 namespace {
 
 using namespace std::chrono_literals;
-using transport::loopback::Fabric;
-
-// A world's group as init_process_group makes it, for ranks whose hosts are `hosts`.
-std::shared_ptr<GroupState> world_group(const std::shared_ptr<transport::Transport>& t, int rank,
-                                        const std::vector<std::string>& hosts) {
-  auto g = std::make_shared<GroupState>();
-  g->transport = t;
-  g->id = 0;
-  g->members.resize(hosts.size());
-  std::iota(g->members.begin(), g->members.end(), 0);
-  const topology::Layout layout = topology::layout_of(hosts);
-  g->hosts = layout.hosts;
-  g->host_of = layout.host_of;
-  g->order = topology::interleaved_order(layout);
-  g->ring_order = topology::host_major_order(layout);
-  g->rank = rank;
-  g->global_rank = rank;
-  g->set_identity(0);
-  g->timeout = 60s;
-  return g;
-}
-
-// `ranks_per_host` ranks on each host (0: every rank on one host).
-std::vector<std::string> hosts_for(int p, int ranks_per_host) {
-  std::vector<std::string> h(p);
-  for (int r = 0; r < p; ++r)
-    h[r] = ranks_per_host ? "host" + std::to_string(r / ranks_per_host) : "one";
-  return h;
-}
-
-struct RankContext {
-  Engine& engine;
-  GroupState& group;
-  int rank;
-  int p;
-  Fabric& fabric;
-};
-
-// Runs body(ctx) on p threads, one per rank; fails the test with each rank's error.
-template <typename Body>
-void run_world(int p, const std::vector<std::string>& hosts, Body body,
-               size_t max_message = SIZE_MAX) {
-  Fabric fabric(p, max_message);
-  std::vector<std::string> errors(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        std::shared_ptr<transport::Transport> t = transport::make_serialized(fabric.endpoint(r));
-        Engine engine(*t, SpinPolicy{std::chrono::microseconds(0), true});
-        auto g = world_group(t, r, hosts);
-        RankContext ctx{engine, *g, r, p, fabric};
-        try {
-          body(ctx);
-        } catch (...) {
-          // A rank that fails leaves, as its process would: peers waiting for it learn of it.
-          fabric.kill(r);
-          throw;
-        }
-        g->release();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads)
-    th.join();
-  for (int r = 0; r < p; ++r)
-    EXPECT_EQ(errors[r], "") << "rank " << r << " of " << p;
-}
 
 double value_of(int rank, int64_t i, int call) {
   return static_cast<double>((rank * 131 + i * 7 + call) % 1000);
