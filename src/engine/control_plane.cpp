@@ -82,10 +82,16 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   const EagerSlots& slots = g.scratch.slots;
   const uint64_t seq = call.seq();
   const uint64_t flag = seq + 1;
+  // A small call's descriptor goes as a record in the flag's line (eager_slots.hpp).
+  const bool record = EagerSlots::fits_record(mine, slots.capacity());
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + i) % p;
     uint8_t* slot = slots.remote_slot(peer, g.rank, seq);
-    EagerSlots::length(slot) = mine.serialize_to(slot + EagerSlots::kLine, slots.capacity());
+    if (record) {
+      EagerSlots::write_record(slot, mine);
+    } else {
+      EagerSlots::length(slot) = mine.serialize_to(slot + EagerSlots::kLine, slots.capacity());
+    }
     EagerSlots::flag(slot).store(flag, kFlagStore);
   }
   try {
@@ -100,21 +106,36 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   }
   wake_sleepers(t, g, call, flag);
   auto& s = g.scratch;
-  s.incoming.resize(p);
-  s.incoming_lengths.resize(p);
+  s.descriptors.resize(p);
+  s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank) continue;
-    uint8_t* slot = slots.local_slot(peer, seq);
-    s.incoming[peer] = slot + EagerSlots::kLine;
-    s.incoming_lengths[peer] = EagerSlots::length(slot);
-    if (s.incoming_lengths[peer] > slots.capacity()) {
-      throw TransportError(call.where() + ": eager slot of rank " +
-                           std::to_string(call.global(peer)) + " claims " +
-                           std::to_string(s.incoming_lengths[peer]) + " bytes, more than its " +
-                           std::to_string(slots.capacity()));
+    const uint8_t* slot = slots.local_slot(peer, seq);
+    const uint64_t length = EagerSlots::length(slot);
+    const uint64_t bytes = length & ~EagerSlots::kRecordBit;
+    auto claims_too_much = [&] {
+      return TransportError(call.where() + ": eager slot of rank " +
+                            std::to_string(call.global(peer)) + " claims " + std::to_string(bytes) +
+                            " bytes, more than its " + std::to_string(slots.capacity()));
+    };
+    if (length & EagerSlots::kRecordBit) {
+      // The rest of a record's descriptor is the group's: the slots are the group's own.
+      CallDescriptor& d = s.descriptors[peer];
+      d = CallDescriptor{};
+      if (!EagerSlots::read_record(slot, slots.capacity(), d)) throw claims_too_much();
+      d.seq = seq;
+      d.group = g.id;
+      d.rank = peer;
+      d.global_rank = call.global(peer);
+      d.group_size = static_cast<uint32_t>(p);
+      d.group_creation = g.creation;
+      d.group_digest = g.digest;
+    } else {
+      if (bytes > slots.capacity()) throw claims_too_much();
+      s.descriptors[peer] = parse_one(g, call, peer, slot + EagerSlots::kLine, bytes);
     }
   }
-  return parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+  return s.descriptors;
 }
 
 // The all-gather of the serialized descriptors in log-p rounds, run on its service schedule:

@@ -1,6 +1,7 @@
 #include "engine/eager_slots.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "common/log.hpp"
@@ -146,6 +147,64 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
     log::info("eager slots for a group of " + std::to_string(p) +
               " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
   }
+}
+
+// The record's layout in the header line (eager_slots.hpp): the flag at 0, the length word at 8,
+// the `mapped` word at 16, then these.
+namespace {
+struct Record {
+  uint8_t op;
+  uint8_t in_dtype;
+  uint8_t out_dtype;
+  uint8_t reduce_op;
+  int32_t root;
+  uint64_t in_numel;
+  uint64_t out_numel;
+  uint64_t total_numel;
+};
+static_assert(EagerSlots::kRecordAt + sizeof(Record) + EagerSlots::kRecordInline ==
+              EagerSlots::kLine);
+}  // namespace
+
+bool EagerSlots::fits_record(const CallDescriptor& d, size_t capacity) {
+  return d.ok && d.refused == CallDescriptor::Refusal::None && !d.group_broken && d.key.empty() &&
+         d.error.empty() && d.splits.empty() && d.out_addr == 0 && d.out_bytes == 0 &&
+         d.window == 0 && d.window_offset == 0 && d.slot_addr == 0 && d.slot_key.empty() &&
+         d.slot_capacity == 0 && !d.slots_mapped && d.inline_data.size() <= capacity;
+}
+
+void EagerSlots::write_record(uint8_t* slot, const CallDescriptor& d) {
+  const Record r{static_cast<uint8_t>(d.op),
+                 d.in_dtype,
+                 d.out_dtype,
+                 d.reduce_op,
+                 d.root,
+                 d.in_numel,
+                 d.out_numel,
+                 d.total_numel};
+  std::memcpy(slot + kRecordAt, &r, sizeof r);
+  const size_t n = d.inline_data.size();
+  if (n > 0)
+    std::memcpy(slot + (n <= kRecordInline ? kLine - kRecordInline : kLine), d.inline_data.data(),
+                n);
+  length(slot) = kRecordBit | n;
+}
+
+bool EagerSlots::read_record(const uint8_t* slot, size_t capacity, CallDescriptor& d) {
+  const uint64_t n = length(slot) & ~kRecordBit;
+  if (n > capacity) return false;
+  Record r;
+  std::memcpy(&r, slot + kRecordAt, sizeof r);
+  d.op = static_cast<CollectiveOp>(r.op);
+  d.in_dtype = r.in_dtype;
+  d.out_dtype = r.out_dtype;
+  d.reduce_op = r.reduce_op;
+  d.root = r.root;
+  d.in_numel = r.in_numel;
+  d.out_numel = r.out_numel;
+  d.total_numel = r.total_numel;
+  d.inline_data = {slot + (n <= kRecordInline ? kLine - kRecordInline : kLine), n};
+  return true;
 }
 
 }  // namespace rdmacoll::engine

@@ -18,6 +18,16 @@
 // parity q a slot of slot_bytes(): a 64-byte header (flag = seq + 1 once complete, length,
 // and in parity 0's the sender's `mapped` word), then the serialized descriptor.
 //
+// The record: a small call's descriptor carried in its flag's line. Past the set-up a call's
+// descriptor differs between members in its sender, its sizes and its inline chunk only where
+// no output is exposed (the inline paths and barrier): everything else names the group, which
+// the slots already do. Such a descriptor travels as a record in the header line (operator,
+// dtypes, root, element counts, and a chunk of up to 8 bytes; a longer one in the lines after
+// it), flagged in the length word, so the reader takes the call from one or two lines where the
+// serialized descriptor is three lines of fixed fields after the flag's. The reader rebuilds
+// the whole descriptor from the record and its own group, so the agreement checks see what they
+// always see and their errors stay as precise.
+//
 // Freeing: a region may go once no peer can still be about to map it (UCX 1.13 crashes when it
 // unpacks the key of shared memory that is gone). Each peer sets its `mapped` word in our region
 // right after mapping it, so a group destroyed during the set-up (used once) frees its region as
@@ -86,6 +96,23 @@ class EagerSlots {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot));
   }
   static uint64_t& length(uint8_t* slot) { return *reinterpret_cast<uint64_t*>(slot + 8); }
+  static uint64_t length(const uint8_t* slot) {
+    return *reinterpret_cast<const uint64_t*>(slot + 8);
+  }
+  // The length word of a slot holding a record: this bit, and the inline chunk's length.
+  static constexpr uint64_t kRecordBit = uint64_t{1} << 63;
+  static constexpr size_t kRecordAt = 24;     // the record's place in the header line
+  static constexpr size_t kRecordInline = 8;  // a chunk this short stays in the header line
+  // Whether `d` can travel as a record in a slot of `capacity` descriptor bytes.
+  static bool fits_record(const CallDescriptor& d, size_t capacity);
+  // Writes `d` (fits_record) as a record into `slot`, length word included; the flag is the
+  // caller's, after.
+  static void write_record(uint8_t* slot, const CallDescriptor& d);
+  // Reads the record of `slot` into `d`: the fields it carries, the inline chunk viewing the
+  // slot. False if its chunk claims more than `capacity` bytes. The sender, the call and the
+  // group are the reader's to stamp.
+  static bool read_record(const uint8_t* slot, size_t capacity, CallDescriptor& d);
+
   // Set by `sender` in the owner's region once it has mapped it (slot (sender, 0)'s header).
   static std::atomic_ref<uint64_t> mapped(uint8_t* region, int sender, size_t capacity) {
     return std::atomic_ref<uint64_t>(

@@ -1,8 +1,11 @@
-// The eager slots' layout: pure arithmetic, checked without any transport.
+// The eager slots' layout and the record a small call's descriptor travels as: pure code,
+// checked without any transport.
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "engine/call_descriptor.hpp"
 #include "engine/eager_slots.hpp"
@@ -40,6 +43,92 @@ TEST(EagerSlotsLayout, SlotsAreLineAlignedDisjointAndInsideTheRegion) {
       first = false;
     }
   }
+}
+
+// A descriptor of a small inline call, as make_descriptor fills it.
+CallDescriptor small_call(const std::vector<uint8_t>& chunk) {
+  CallDescriptor d;
+  d.seq = 7;
+  d.rank = 1;
+  d.op = CollectiveOp::AllReduce;
+  d.in_dtype = 3;
+  d.out_dtype = 4;
+  d.reduce_op = 2;
+  d.root = 5;
+  d.in_numel = 0x1234567890ull;
+  d.out_numel = 0x2234567890ull;
+  d.total_numel = 0x3234567890ull;
+  d.signal_token = 99;  // nobody writes to a rank that exposed nothing
+  d.inline_data = chunk;
+  return d;
+}
+
+TEST(EagerSlotsRecord, ASmallCallsDescriptorComesBackWithEveryFieldTheRecordCarries) {
+  const size_t capacity = descriptor_capacity(eager_limit(2));
+  for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{9}, size_t{64}, size_t{4096}}) {
+    std::vector<uint8_t> chunk(n);
+    for (size_t i = 0; i < n; ++i)
+      chunk[i] = static_cast<uint8_t>(i * 7 + 3);
+    const CallDescriptor d = small_call(chunk);
+    ASSERT_TRUE(EagerSlots::fits_record(d, capacity)) << n;
+    std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity), 0xAB);
+    EagerSlots::flag(slot.data()).store(17);
+    // Parity 0's `mapped` word, at 16 in the header (EagerSlots::mapped takes the region).
+    auto& mapped = *reinterpret_cast<uint64_t*>(slot.data() + 16);
+    mapped = 1;
+    EagerSlots::write_record(slot.data(), d);
+    EXPECT_EQ(EagerSlots::flag(slot.data()).load(), 17u) << "the flag is the caller's";
+    EXPECT_EQ(mapped, 1u) << "the mapped word is kept";
+    EXPECT_EQ(EagerSlots::length(slot.data()), EagerSlots::kRecordBit | n);
+    CallDescriptor got;
+    ASSERT_TRUE(EagerSlots::read_record(slot.data(), capacity, got));
+    EXPECT_EQ(got.op, d.op);
+    EXPECT_EQ(got.in_dtype, d.in_dtype);
+    EXPECT_EQ(got.out_dtype, d.out_dtype);
+    EXPECT_EQ(got.reduce_op, d.reduce_op);
+    EXPECT_EQ(got.root, d.root);
+    EXPECT_EQ(got.in_numel, d.in_numel);
+    EXPECT_EQ(got.out_numel, d.out_numel);
+    EXPECT_EQ(got.total_numel, d.total_numel);
+    ASSERT_EQ(got.inline_data.size(), n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got.inline_data[i], chunk[i]) << "byte " << i << " of " << n;
+    // Up to 8 bytes the chunk rides in the flag's own line.
+    EXPECT_EQ(got.inline_data.data() < slot.data() + EagerSlots::kLine, n <= 8) << n;
+  }
+}
+
+TEST(EagerSlotsRecord, OnlyDescriptorsTheGroupCanRebuildTravelAsRecords) {
+  const size_t capacity = 4096;
+  const std::vector<uint8_t> chunk(16, 1), key(8, 2), big(capacity + 1, 3);
+  const uint8_t splits[16] = {};
+  auto refused = [&](auto change) {
+    CallDescriptor d = small_call(chunk);
+    change(d);
+    return !EagerSlots::fits_record(d, capacity);
+  };
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.ok = false; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.error = "bad"; }));
+  EXPECT_TRUE(
+      refused([](CallDescriptor& d) { d.refused = CallDescriptor::Refusal::TransportError; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.group_broken = true; }));
+  EXPECT_TRUE(refused([&](CallDescriptor& d) { d.key = key; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.out_bytes = 64; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.out_addr = 64; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.window = 1; }));
+  EXPECT_TRUE(refused([&](CallDescriptor& d) { d.splits = splits; }));
+  EXPECT_TRUE(refused([&](CallDescriptor& d) { d.slot_key = key; }));
+  EXPECT_TRUE(refused([](CallDescriptor& d) { d.slots_mapped = true; }));
+  EXPECT_TRUE(refused([&](CallDescriptor& d) { d.inline_data = big; }));
+  EXPECT_FALSE(refused([](CallDescriptor&) {}));
+}
+
+TEST(EagerSlotsRecord, AChunkLongerThanTheSlotIsRefusedByTheReader) {
+  const size_t capacity = 4096;
+  std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity), 0);
+  EagerSlots::length(slot.data()) = EagerSlots::kRecordBit | (capacity + 1);
+  CallDescriptor got;
+  EXPECT_FALSE(EagerSlots::read_record(slot.data(), capacity, got));
 }
 
 }  // namespace

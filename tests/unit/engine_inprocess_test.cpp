@@ -438,6 +438,45 @@ TEST(EngineInProcess, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroup
   }
 }
 
+// On one host past the set-up, a small call's descriptor travels as a record in the mailbox's
+// flag line (engine/eager_slots.hpp) and the reader rebuilds the rest from its own group: a
+// rank whose sizes, dtype, operator or root differ still makes every rank raise the difference,
+// and the group goes on.
+TEST(EngineInProcess, SmallCallsThatDisagreeThroughTheMailboxRaiseTheDifferenceOnEveryRank) {
+  for (int p : {2, 3, 5}) {
+    run_world(p, hosts_for(p, 0), [](RankContext& c) {
+      for (int k = 0; k < 3; ++k)  // the mailbox takes over from the third call
+        gather_checked(c, 2, k);
+      const bool odd = c.rank == c.p - 1;
+      auto raises = [&](const char* what, const std::string& words, auto call) {
+        try {
+          call();
+          check(false, std::string(what) + ": no error");
+        } catch (const InvalidArgument& e) {
+          check(std::string(e.what()).find(words) != std::string::npos,
+                std::string(what) + " names the difference: " + e.what());
+        }
+        gather_checked(c, 3, 1);
+      };
+      Tensor t = zeros({odd ? 3 : 2}, DType::Float32);
+      raises("sizes", "input 3 x torch.float32", [&] {
+        c.engine.all_reduce(c.group, t.data(), DType::Float32, odd ? 3 : 2, ReduceOp::Sum, "");
+      });
+      raises("dtype", "torch.float64", [&] {
+        c.engine.all_reduce(c.group, t.data(), odd ? DType::Float64 : DType::Float32, 1,
+                            ReduceOp::Sum, "");
+      });
+      raises("operator", "MAX", [&] {
+        c.engine.all_reduce(c.group, t.data(), DType::Float32, 2,
+                            odd ? ReduceOp::Max : ReduceOp::Sum, "");
+      });
+      raises("root", "root", [&] {
+        c.engine.broadcast(c.group, t.data(), DType::Float32, 2, odd ? 0 : c.p - 1, "");
+      });
+    });
+  }
+}
+
 // A rank killed while the others wait for it: they raise PeerFailure, not Timeout, at once.
 TEST(EngineInProcess, AKilledRankMakesTheOthersRaisePeerFailure) {
   for (int p : {2, 4, 7}) {
