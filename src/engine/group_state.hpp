@@ -15,6 +15,7 @@
 #include "engine/pending.hpp"
 #include "engine/symmetric.hpp"
 #include "engine/work_queue.hpp"
+#include "engine/write_plan.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
 
@@ -51,7 +52,9 @@ struct CallScratch {
   // A ring call saw only its successor's descriptor (group rank), else -1: all of them.
   int seen_only = -1;
   std::vector<uint8_t> neighbour_error[2];  // errors spread by the ring neighbours
-  engine::EagerSlots slots;     // small calls on one host: descriptors through shared memory
+  engine::EagerSlots slots;  // small calls on one host: descriptors through shared memory
+  engine::WritePlan plan;    // the data phase's writes and arrivals (engine/write_steps.hpp)
+  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;  // and the peers' keys
   std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
   std::vector<const void*> reduce_chunks;
   std::vector<uint8_t> rooted;       // reduce: a non-root's reduced piece

@@ -11,6 +11,7 @@
 #include "engine/collectives/collectives.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/symmetric.hpp"
+#include "engine/write_steps.hpp"
 
 namespace rdmacoll::engine {
 
@@ -99,28 +100,35 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   // message per rank and call, to and from its ring neighbours (engine/call.hpp).
   const bool ring = !inline_path && !window && chunk > 0 && mine.ok &&
                     algorithm_for(g, chunk) == schedule::Algorithm::Ring;
-  const schedule::Schedule* sched = nullptr;
-  std::vector<size_t> recv_end;  // where each step's arrivals end in call.recvs()
-  auto post_arrivals = [&] {
-    sched = &schedule_for(g, chunk);
-    for (const auto& step : sched->steps) {
-      for (const auto& r : step.recvs) {
-        const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r.first));
-        call.recvs().push_back({call.guarded([&] {
-                                  return t.expect(call.global(r.peer), *region, r.first * chunk,
-                                                  r.count * chunk, tag);
-                                }),
-                                r.peer, Pending::Kind::Arrival, r.first, r.count});
+  // The data phase as plain data (engine/write_steps.hpp): the schedule's ranges of chunks as
+  // byte ranges at their final offsets, our own chunk read from the input where it may be.
+  WritePlan& plan = g.scratch.plan;
+  WriteSteps steps(call, t, plan, g.scratch.remotes);
+  bool copy_first = false;  // a first-step write carries our chunk from the output
+  auto plan_steps = [&] {
+    plan.clear("output");
+    const schedule::Schedule& sched = schedule_for(g, chunk);
+    for (size_t s = 0; s < sched.steps.size(); ++s) {
+      for (const auto& r : sched.steps[s].recvs) {
+        plan.arrive({r.peer, r.first * chunk, r.count * chunk, static_cast<uint32_t>(r.first),
+                     r.first, r.count});
       }
-      recv_end.push_back(call.recvs().size());
+      for (const auto& w : sched.steps[s].sends) {
+        const bool own = own_from_input && w.first == g.rank && w.count == 1;
+        if (s == 0 && !own && w.first <= g.rank && g.rank < w.first + w.count) copy_first = true;
+        plan.write({w.peer, own ? 1 : 0, own ? 0 : w.first * chunk, w.first * chunk,
+                    w.count * chunk, static_cast<uint32_t>(w.first), w.first, w.count});
+      }
+      plan.end_step();
     }
+    steps.expect_all(*region);
   };
   // A ring call posts its arrivals before its descriptor leaves: the predecessor writes once it
   // has the descriptor, before anyone has seen every rank's, and if this rank then leaves with
   // an error the writes must still land somewhere it owns and then be waited for
   // (Call::spread_error). Over UCX's tag protocol a write lands only into a posted receive; one
   // never posted would stay pending at the writer, its message unreceived for a later call.
-  if (ring) post_arrivals();
+  if (ring) plan_steps();
   const std::vector<CallDescriptor>& all = exchange_descriptors(
       t, g, call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
@@ -155,44 +163,13 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   const transport::MemoryRegion& input =
       input_region ? *input_region : static_cast<const transport::MemoryRegion&>(input_view);
 
-  if (!ring) post_arrivals();  // every expected arrival up front
-  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-  for (size_t s = 0; s < sched->steps.size(); ++s) {
-    // A step forwards chunks that arrived in earlier steps.
-    if (s > 0) {
-      copy_own();  // overlaps the first step's transfers
-      call.wait(call.recvs(), 0, recv_end[s - 1]);
-    }
-    for (const auto& w : sched->steps[s].sends) {
-      const CallDescriptor& dst = all[w.peer];
-      if (!remotes[w.peer]) {
-        remotes[w.peer] = call.guarded([&] {
-          return t.unpack_remote(call.global(w.peer), dst.out_addr, dst.out_bytes, dst.key);
-        });
-      }
-      const size_t offset = w.first * chunk;
-      const size_t length = w.count * chunk;
-      if (offset + length > dst.out_bytes) {  // never write outside what the peer advertised
-        throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
-                             ", " + std::to_string(offset + length) + ") into rank " +
-                             std::to_string(call.global(w.peer)) + "'s output of " +
-                             std::to_string(dst.out_bytes) + " bytes");
-      }
-      const uint64_t tag =
-          transport::write_signal(dst.signal_token, static_cast<uint32_t>(w.first));
-      const bool own = own_from_input && w.first == g.rank && w.count == 1;
-      if (!own && w.first <= g.rank && g.rank < w.first + w.count) copy_own();
-      call.sends().push_back({call.guarded([&] {
-                                const transport::MemoryRegion& src = own ? input : *region;
-                                return t.write(src, own ? 0 : offset, *remotes[w.peer], offset,
-                                               length, tag);
-                              }),
-                              w.peer, Pending::Kind::Write, w.first, w.count});
-    }
-  }
-  copy_own();
-  call.wait(call.recvs(), 0, call.recvs().size());
-  call.wait(call.sends(), 0, call.sends().size());
+  if (!ring) plan_steps();  // every expected arrival up front
+  if (copy_first) copy_own();
+  const transport::MemoryRegion* sources[] = {region.get(), &input};
+  // Each later step forwards what the earlier ones brought; our own chunk is copied into the
+  // output while the first step's transfers move.
+  steps.run(
+      all, sources, [&](size_t) { copy_own(); }, [](size_t) {});
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
+#include "engine/write_steps.hpp"
 #include "schedule/binomial_tree.hpp"
 
 namespace rdmacoll::engine {
@@ -55,33 +56,19 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
         if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
         check_descriptors(call, all);
         check_same_path(call, all, false);
+        // Two steps: the tensor arrives from the parent, then goes whole to every child.
         const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
-        if (node.parent >= 0) {
-          const uint64_t tag = transport::write_signal(call.token(), 0);
-          call.recvs().push_back({call.guarded([&] {
-                                    return t.expect(call.global(node.parent), *region, 0, bytes,
-                                                    tag);
-                                  }),
-                                  node.parent, Pending::Kind::Arrival, 0, 1});
-          call.wait(call.recvs(), 0, 1);
-        }
-        std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;
-        for (int child : node.children) {
-          const CallDescriptor& dst = all[child];
-          if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
-            throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
-                                 " bytes into rank " + std::to_string(call.global(child)) +
-                                 "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
-          }
-          remotes.push_back(call.guarded([&] {
-            return t.unpack_remote(call.global(child), dst.out_addr, dst.out_bytes, dst.key);
-          }));
-          const uint64_t tag = transport::write_signal(dst.signal_token, 0);
-          call.sends().push_back(
-              {call.guarded([&] { return t.write(*region, 0, *remotes.back(), 0, bytes, tag); }),
-               child, Pending::Kind::Write, 0, 1});
-        }
-        call.wait(call.sends(), 0, call.sends().size());
+        WritePlan& plan = g.scratch.plan;
+        plan.clear("tensor");
+        if (node.parent >= 0) plan.arrive({node.parent, 0, bytes, 0, 0, 1});
+        plan.end_step();
+        for (int child : node.children)
+          plan.write({child, 0, 0, 0, bytes, 0, 0, 1});
+        plan.end_step();
+        WriteSteps steps(call, t, plan, g.scratch.remotes);
+        steps.expect_all(*region);
+        const transport::MemoryRegion* sources[] = {region.get()};
+        steps.run(all, sources);
       },
       &region);
 }
@@ -111,52 +98,23 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherA
           if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
           check_descriptors(call, all);
           check_same_path(call, all, false);
-          if (g.rank != root) {
-            const uint64_t piece_tag = transport::write_signal(call.token(), 0);
-            const uint64_t tail_tag = transport::write_signal(call.token(), 1);
-            call.recvs().push_back({call.guarded([&] {
-                                      return t.expect(call.global(root), *region, g.rank * piece,
-                                                      piece, piece_tag);
-                                    }),
-                                    root, Pending::Kind::Arrival, g.rank, 1});
-            if (tail > 0) {
-              call.recvs().push_back({call.guarded([&] {
-                                        return t.expect(call.global(root), *region, p * piece, tail,
-                                                        tail_tag);
-                                      }),
-                                      root, Pending::Kind::Arrival, p, 1});
-            }
-            call.wait(call.recvs(), 0, call.recvs().size());
-          } else {
-            std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
-            for (int i = 1; i < p; ++i) {
-              const int j = (root + i) % p;
-              const CallDescriptor& dst = all[j];
-              if (dst.out_bytes < bytes) {  // never write outside what the peer advertised
-                throw TransportError(call.where() + ": refusing to write " + std::to_string(bytes) +
-                                     " bytes into rank " + std::to_string(call.global(j)) +
-                                     "'s tensor of " + std::to_string(dst.out_bytes) + " bytes");
-              }
-              remotes[j] = call.guarded([&] {
-                return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-              });
-              const uint64_t piece_tag = transport::write_signal(dst.signal_token, 0);
-              const uint64_t tail_tag = transport::write_signal(dst.signal_token, 1);
-              call.sends().push_back({call.guarded([&] {
-                                        return t.write(*region, j * piece, *remotes[j], j * piece,
-                                                       piece, piece_tag);
-                                      }),
-                                      j, Pending::Kind::Write, j, 1});
-              if (tail > 0) {
-                call.sends().push_back({call.guarded([&] {
-                                          return t.write(*region, p * piece, *remotes[j], p * piece,
-                                                         tail, tail_tag);
-                                        }),
-                                        j, Pending::Kind::Write, p, 1});
-              }
-            }
-            call.wait(call.sends(), 0, call.sends().size());
+          // One step: the root writes piece j (signal 0) and the tail (signal 1) into rank j.
+          WritePlan& plan = g.scratch.plan;
+          plan.clear("tensor");
+          for (int i = 1; i < p && g.rank == root; ++i) {
+            const int j = (root + i) % p;
+            plan.write({j, 0, j * piece, j * piece, piece, 0, j, 1});
+            if (tail > 0) plan.write({j, 0, p * piece, p * piece, tail, 1, p, 1});
           }
+          if (g.rank != root) {
+            plan.arrive({root, g.rank * piece, piece, 0, g.rank, 1});
+            if (tail > 0) plan.arrive({root, p * piece, tail, 1, p, 1});
+          }
+          plan.end_step();
+          WriteSteps steps(call, t, plan, g.scratch.remotes);
+          steps.expect_all(*region);
+          const transport::MemoryRegion* sources[] = {region.get()};
+          steps.run(all, sources);
         },
         &region);
   }

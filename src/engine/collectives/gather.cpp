@@ -9,6 +9,7 @@
 #include "engine/collectives/collectives.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
+#include "engine/write_steps.hpp"
 
 namespace rdmacoll::engine {
 
@@ -64,6 +65,9 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
         args.local_error = a.local_error;
         CallDescriptor mine = make_descriptor(g, call, args);
         transport::Bytes key;
+        WritePlan& plan = g.scratch.plan;  // one step: a write from each member to the root
+        plan.clear("output");
+        WriteSteps steps(call, t, plan, g.scratch.remotes);
         if (usable && chunk > 0) {
           if (inline_path && !root) {
             mine.inline_data = {a.in, chunk};
@@ -71,14 +75,10 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
             region = expose_target(t, mine, a.out, p * chunk, key);
             // Posted before the descriptor leaves: the writes may come as soon as it lands.
             for (int r = 0; r < p; ++r) {
-              if (r == a.root) continue;
-              const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r));
-              call.recvs().push_back({call.guarded([&] {
-                                        return t.expect(call.global(r), *region, r * chunk, chunk,
-                                                        tag);
-                                      }),
-                                      r, Pending::Kind::Arrival, r, 1});
+              if (r != a.root) plan.arrive({r, r * chunk, chunk, static_cast<uint32_t>(r), r, 1});
             }
+            plan.end_step();
+            steps.expect_all(*region);
           }
         }
         // The root judges every descriptor before anyone writes (exchange_rooted).
@@ -103,34 +103,22 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
               if (r != a.root) std::memcpy(a.out + r * chunk, all[r].inline_data.data(), chunk);
             }
           } else {
-            call.wait(call.recvs(), 0, call.recvs().size());
+            steps.run(all, {});
           }
           return;
         }
         if (inline_path) return;
-        const CallDescriptor& dst = all[a.root];
-        const size_t offset = static_cast<size_t>(g.rank) * chunk;
-        if (offset + chunk > dst.out_bytes) {  // never write outside what the root advertised
-          throw TransportError(call.where() + ": refusing to write bytes [" +
-                               std::to_string(offset) + ", " + std::to_string(offset + chunk) +
-                               ") into rank " + std::to_string(call.global(a.root)) +
-                               "'s output of " + std::to_string(dst.out_bytes) + " bytes");
-        }
         std::shared_ptr<transport::MemoryRegion> source;
         if (t.needs_registered_source()) {
           source = t.register_memory(const_cast<uint8_t*>(a.in), chunk);
         } else {
           source = std::make_shared<SourceView>(const_cast<uint8_t*>(a.in), chunk);
         }
-        const auto remote = call.guarded([&] {
-          return t.unpack_remote(call.global(a.root), dst.out_addr, dst.out_bytes, dst.key);
-        });
-        const uint64_t tag =
-            transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
-        call.sends().push_back(
-            {call.guarded([&] { return t.write(*source, 0, *remote, offset, chunk, tag); }), a.root,
-             Pending::Kind::Write, g.rank, 1});
-        call.wait(call.sends(), 0, call.sends().size());
+        const size_t offset = static_cast<size_t>(g.rank) * chunk;
+        plan.write({a.root, 0, 0, offset, chunk, static_cast<uint32_t>(g.rank), g.rank, 1});
+        plan.end_step();
+        const transport::MemoryRegion* sources[] = {source.get()};
+        steps.run(all, sources);
       },
       &region);
 }

@@ -10,6 +10,7 @@
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
 #include "engine/symmetric.hpp"
+#include "engine/write_steps.hpp"
 #include "schedule/reduce_scatter.hpp"
 
 namespace rdmacoll::engine {
@@ -63,61 +64,44 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     const schedule::Schedule sched = schedule::ring_reduce_scatter(g.ring_order, g.rank);
     const int next = sched.steps[0].sends[0].peer;
     const int prev = sched.steps[0].recvs[0].peer;
+    // Step s writes slot s of the successor's scratch: from our input at step 0, then from the
+    // send buffer (s % 2) that the fold of step s - 1's arrival filled.
+    WritePlan& plan = g.scratch.plan;
+    plan.clear("scratch");
+    for (int s = 0; s + 1 < p; ++s) {
+      const int out_piece = sched.steps[s].sends[0].first;
+      plan.arrive(
+          {prev, s * piece, piece, static_cast<uint32_t>(s), sched.steps[s].recvs[0].first, 1});
+      plan.write({next, s == 0 ? 0 : 1, s == 0 ? out_piece * a.stride : (s % 2) * piece, s * piece,
+                  piece, static_cast<uint32_t>(s), out_piece, 1});
+      plan.end_step();
+    }
+    WriteSteps steps(call, t, plan, g.scratch.remotes);
     // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
     // successor's descriptor comes back (engine.cpp, call.hpp).
-    if (mine.ok) {
-      for (int s = 0; s + 1 < p; ++s) {
-        const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(s));
-        call.recvs().push_back({call.guarded([&] {
-                                  return t.expect(call.global(prev), *region, s * piece, piece,
-                                                  tag);
-                                }),
-                                prev, Pending::Kind::Arrival, sched.steps[s].recvs[0].first, 1});
-      }
-    }
+    if (mine.ok) steps.expect_all(*region);
     const std::vector<CallDescriptor>& all = exchange_descriptors(
         t, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
-    const CallDescriptor& dst = all[next];
-    if ((p - 1) * piece > dst.out_bytes) {  // never write outside what the peer advertised
-      throw TransportError(call.where() + ": refusing to write " + std::to_string((p - 1) * piece) +
-                           " bytes into rank " + std::to_string(call.global(next)) +
-                           "'s scratch of " + std::to_string(dst.out_bytes) + " bytes");
-    }
-    const std::unique_ptr<transport::RemoteRegion> remote = call.guarded(
-        [&] { return t.unpack_remote(call.global(next), dst.out_addr, dst.out_bytes, dst.key); });
     const SourceView input_view(const_cast<uint8_t*>(a.in), in_span);
     const SourceView acc_view(acc, 2 * piece);
-    const transport::MemoryRegion& input =
-        input_region ? *input_region : static_cast<const transport::MemoryRegion&>(input_view);
-    const transport::MemoryRegion& sums =
-        acc_region ? *acc_region : static_cast<const transport::MemoryRegion&>(acc_view);
+    const transport::MemoryRegion* sources[] = {input_region ? input_region.get() : &input_view,
+                                                acc_region ? acc_region.get() : &acc_view};
     const ReduceOp partial = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
-    // Folds the partial sum that arrived at step s with our own copy of its piece into `into`.
-    auto fold_arrival = [&](int s, uint8_t* into) {
-      call.wait(call.recvs(), s, s + 1);
-      const void* chunks[2] = {slots + s * piece, a.in + sched.steps[s].recvs[0].first * a.stride};
-      reduce_chunks(into, chunks, a.dtype, partial, 2, static_cast<size_t>(a.m));
-    };
-    for (int s = 0; s + 1 < p; ++s) {
-      const int out_piece = sched.steps[s].sends[0].first;
-      const transport::MemoryRegion* src = &input;
-      size_t src_offset = out_piece * a.stride;
-      if (s > 0) {  // what we send on is what arrived last step, folded with our copy
-        if (s >= 2) call.wait(call.sends(), s - 2, s - 1);
-        fold_arrival(s - 1, acc + (s % 2) * piece);
-        src = &sums;
-        src_offset = (s % 2) * piece;
-      }
-      const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(s));
-      call.sends().push_back(
-          {call.guarded([&] { return t.write(*src, src_offset, *remote, s * piece, piece, tag); }),
-           next, Pending::Kind::Write, out_piece, 1});
-    }
-    fold_arrival(p - 2, a.out);  // our own piece, complete
+    steps.run(
+        all, sources,
+        [&](size_t s) {  // the send buffer the next fold fills was read by step s - 2's write
+          if (s >= 2 && s + 1 < static_cast<size_t>(p)) steps.wait_writes(s - 2);
+        },
+        [&](size_t s) {  // the partial sum that arrived at step s with our own copy of its piece
+          const void* chunks[2] = {slots + s * piece,
+                                   a.in + sched.steps[s].recvs[0].first * a.stride};
+          uint8_t* into = s + 2 == static_cast<size_t>(p) ? a.out : acc + ((s + 1) % 2) * piece;
+          reduce_chunks(into, chunks, a.dtype, partial, 2, static_cast<size_t>(a.m));
+        });
+    // the last fold made our own piece complete
     if (a.op == ReduceOp::Avg) divide_elements(a.out, a.dtype, static_cast<size_t>(a.m), p);
-    call.wait(call.sends(), 0, call.sends().size());
   });
 }
 
@@ -150,37 +134,21 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
-    const SourceView input(const_cast<uint8_t*>(a.in), in_span);
-    const transport::MemoryRegion& src =
-        source ? *source : static_cast<const transport::MemoryRegion&>(input);
-    for (int j = 0; j < p; ++j) {
-      if (j == g.rank) continue;
-      const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(j));
-      call.recvs().push_back(
-          {call.guarded([&] { return t.expect(call.global(j), *region, j * piece, piece, tag); }),
-           j, Pending::Kind::Arrival, j, 1});
-    }
-    std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
+    // One step: piece j of our input to rank j's scratch at our slot; theirs into ours.
+    WritePlan& plan = g.scratch.plan;
+    plan.clear("scratch");
+    const size_t offset = static_cast<size_t>(g.rank) * piece;
     for (int i = 1; i < p; ++i) {
       const int j = (g.rank + i) % p;
-      const CallDescriptor& dst = all[j];
-      const uint64_t tag = transport::write_signal(dst.signal_token, static_cast<uint32_t>(g.rank));
-      const size_t offset = static_cast<size_t>(g.rank) * piece;
-      if (offset + piece > dst.out_bytes) {  // never write outside what the peer advertised
-        throw TransportError(call.where() + ": refusing to write bytes [" + std::to_string(offset) +
-                             ", " + std::to_string(offset + piece) + ") into rank " +
-                             std::to_string(call.global(j)) + "'s scratch of " +
-                             std::to_string(dst.out_bytes) + " bytes");
-      }
-      remotes[j] = call.guarded(
-          [&] { return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key); });
-      call.sends().push_back({call.guarded([&] {
-                                return t.write(src, j * a.stride, *remotes[j], offset, piece, tag);
-                              }),
-                              j, Pending::Kind::Write, g.rank, 1});
+      plan.arrive({j, j * piece, piece, static_cast<uint32_t>(j), j, 1});
+      plan.write({j, 0, j * a.stride, offset, piece, static_cast<uint32_t>(g.rank), g.rank, 1});
     }
-    call.wait(call.recvs(), 0, call.recvs().size());
-    call.wait(call.sends(), 0, call.sends().size());
+    plan.end_step();
+    WriteSteps steps(call, t, plan, g.scratch.remotes);
+    steps.expect_all(*region);
+    const SourceView input(const_cast<uint8_t*>(a.in), in_span);
+    const transport::MemoryRegion* sources[] = {source ? source.get() : &input};
+    steps.run(all, sources);
     // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
     auto& chunks = g.scratch.reduce_chunks;
     chunks.resize(p);

@@ -9,6 +9,7 @@
 #include "engine/collectives/collectives.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
+#include "engine/write_steps.hpp"
 
 namespace rdmacoll::engine {
 
@@ -63,17 +64,17 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         args.local_error = local_error;
         CallDescriptor mine = make_descriptor(g, call, args);
         transport::Bytes key;
+        WritePlan& plan = g.scratch.plan;  // one step: the root's write to each member
+        plan.clear("output");
+        WriteSteps steps(call, t, plan, g.scratch.remotes);
         if (usable && chunk > 0) {
           if (inline_path && root) {
             mine.inline_data = {in, p * chunk};
           } else if (!inline_path && !root) {
             region = expose_target(t, mine, out, chunk, key);
-            const uint64_t tag = transport::write_signal(call.token(), 0);
-            call.recvs().push_back({call.guarded([&] {
-                                      return t.expect(call.global(root_rank), *region, 0, chunk,
-                                                      tag);
-                                    }),
-                                    root_rank, Pending::Kind::Arrival, g.rank, 1});
+            plan.arrive({root_rank, 0, chunk, 0, g.rank, 1});
+            plan.end_step();
+            steps.expect_all(*region);
           }
         }
         // The root judges every descriptor before anyone writes (exchange_rooted).
@@ -103,7 +104,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
             }
             std::memcpy(out, data.data() + static_cast<size_t>(g.rank) * chunk, chunk);
           } else {
-            call.wait(call.recvs(), 0, call.recvs().size());
+            steps.run(all, {});
           }
           return;
         }
@@ -116,20 +117,13 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         } else {
           source = std::make_shared<SourceView>(const_cast<uint8_t*>(in), p * chunk);
         }
-        std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
         for (int i = 1; i < p; ++i) {
           const int j = (root_rank + i) % p;
-          const CallDescriptor& dst = all[j];  // its bounds checked by the verdict
-          remotes[j] = call.guarded([&] {
-            return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-          });
-          const uint64_t tag = transport::write_signal(dst.signal_token, 0);
-          call.sends().push_back({call.guarded([&] {
-                                    return t.write(*source, j * chunk, *remotes[j], 0, chunk, tag);
-                                  }),
-                                  j, Pending::Kind::Write, j, 1});
+          plan.write({j, 0, j * chunk, 0, chunk, 0, j, 1});
         }
-        call.wait(call.sends(), 0, call.sends().size());
+        plan.end_step();
+        const transport::MemoryRegion* sources[] = {source.get()};
+        steps.run(all, sources);
       },
       &region);
 }
