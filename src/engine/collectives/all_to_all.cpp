@@ -24,6 +24,7 @@
 #include "engine/collectives/collectives.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
+#include "engine/write_steps.hpp"
 
 namespace rdmacoll::engine {
 
@@ -151,6 +152,11 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         if (out_off[me + 1] > out_off[me]) {
           std::memcpy(out + out_off[me], in + in_off[me], out_off[me + 1] - out_off[me]);
         }
+        // Writes into exposed outputs run on the data phase's executor (engine/write_steps.hpp)
+        // as one step; pieces for members that exposed nothing travel as messages beside it.
+        WritePlan& plan = g.scratch.plan;
+        plan.clear("output");
+        WriteSteps steps(call, t, plan, g.scratch.remotes);
         // Arrivals first: pieces copied out of descriptors, expected writes, posted receives.
         for (int i = 1; i < p; ++i) {
           const int r = (me + p - i) % p;
@@ -167,12 +173,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
             }
             std::memcpy(out + out_off[r], inline_in.data() + from, bytes);
           } else if (region) {
-            const uint64_t tag = transport::write_signal(call.token(), static_cast<uint32_t>(r));
-            call.recvs().push_back({call.guarded([&] {
-                                      return t.expect(call.global(r), *region, out_off[r], bytes,
-                                                      tag);
-                                    }),
-                                    r, Pending::Kind::Arrival, r, 1});
+            plan.arrive({r, out_off[r], bytes, static_cast<uint32_t>(r), r, 1});
           } else {
             const uint64_t tag =
                 make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(r));
@@ -181,10 +182,10 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
                  r, Pending::Kind::Arrival, r, 1});
           }
         }
+        if (region) steps.expect_all(*region);
         const size_t arrivals = call.recvs().size();
         // Then our pieces that did not travel inline.
         std::shared_ptr<transport::MemoryRegion> source;
-        std::vector<std::unique_ptr<transport::RemoteRegion>> remotes(p);
         if (mine.inline_data.empty()) {
           for (int i = 1; i < p; ++i) {
             const int j = (me + i) % p;
@@ -192,30 +193,13 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
             if (bytes == 0) continue;
             const CallDescriptor& dst = all[j];
             if (dst.out_bytes > 0) {
-              const size_t offset = expected_before_me(j) * es;  // where our piece lands
-              if (offset > dst.out_bytes || bytes > dst.out_bytes - offset) {
-                // never write outside what j advertised
-                throw TransportError(call.where() + ": refusing to write bytes [" +
-                                     std::to_string(offset) + ", " +
-                                     std::to_string(offset + bytes) + ") into rank " +
-                                     std::to_string(call.global(j)) + "'s output of " +
-                                     std::to_string(dst.out_bytes) + " bytes");
-              }
               if (!source) {
                 source = t.needs_registered_source()
                              ? t.register_memory(const_cast<uint8_t*>(in), in_bytes)
                              : std::make_shared<SourceView>(const_cast<uint8_t*>(in), in_bytes);
               }
-              remotes[j] = call.guarded([&] {
-                return t.unpack_remote(call.global(j), dst.out_addr, dst.out_bytes, dst.key);
-              });
-              const uint64_t tag =
-                  transport::write_signal(dst.signal_token, static_cast<uint32_t>(me));
-              call.sends().push_back({call.guarded([&] {
-                                        return t.write(*source, in_off[j], *remotes[j], offset,
-                                                       bytes, tag);
-                                      }),
-                                      j, Pending::Kind::Write, me, 1});
+              plan.write({j, 0, in_off[j], expected_before_me(j) * es, bytes,
+                          static_cast<uint32_t>(me), me, 1});
             } else {
               const uint64_t tag =
                   make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(me));
@@ -225,6 +209,9 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
             }
           }
         }
+        plan.end_step();
+        const transport::MemoryRegion* sources[] = {source.get()};
+        steps.run(all, sources);
         call.wait(call.recvs(), 0, arrivals);
         // Without an exposed output every arrival was a message: its length is the sender's.
         for (size_t k = 0; k < arrivals && !region; ++k) {
