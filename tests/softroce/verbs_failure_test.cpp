@@ -119,19 +119,24 @@ TEST(Verbs, PeerKilledMidWriteGivesItsCapsAndBuffersBack) {
             RANK_CHECK(t.item(i) == 1 + 2 * (iter + i % 3), "iter " << iter << " element " << i);
         };
         // Quiet: at most the pair's own last call still in flight (its completions are polled
-        // by later calls). Both members decide together, so they make the same calls.
+        // by later calls). Both members decide together, so they make the same calls. Sends to
+        // the dead peer that it never acknowledged come back when their QP gives up retrying
+        // (timeout 20, retry 7: about 30 s under rxe), so the pair polls for up to 90 s, not for
+        // a number of calls, which a fast run got through before that (seen once in 8 runs).
         auto quiet = [&]() {
-          for (int i = 0; i < 50; ++i) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+          for (;;) {
             barrier(pair);
             unsigned long long sends = 0, buffers = 0;
             std::sscanf(detail::transport_in_flight().c_str(),
                         "sends_in_flight=%llu send_buffers_in_use=%llu", &sends, &buffers);
-            Tensor ok = zeros({1}, DType::Int32);
-            ok.set(0, sends <= 2 && buffers <= 1 ? 1 : 0);
-            all_reduce(ok, ReduceOp::Sum, pair);
-            if (ok.item(0) == 2) return true;
+            Tensor state = zeros({2}, DType::Int32);  // quiet here; out of time here
+            state.set(0, sends <= 2 && buffers <= 1 ? 1 : 0);
+            state.set(1, std::chrono::steady_clock::now() >= until ? 1 : 0);
+            all_reduce(state, ReduceOp::Sum, pair);
+            if (state.item(0) == 2) return true;
+            if (state.item(1) > 0) return false;
           }
-          return false;
         };
         if (rank != 2) {
           reduce_pair(0);
