@@ -6,7 +6,7 @@
 - Public headers (include/rdmacoll/) include only each other: no internal type leaks out.
 - The Python backend (python/src/) is a layer on the public API: it includes rdmacoll/ headers
   and its own, nothing of src/.
-- No source file is over 600 lines: a file that grows past that is split along its concerns.
+- No source file (C++ or Python) is over 600 lines: a file that grows past that is split along its concerns.
 
 Usage: check_layout.py SOURCE_DIR. Prints every breach and exits 1 if there is one.
 """
@@ -20,11 +20,14 @@ MAX_LINES = 600
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
-def sources(root, top):
+CPP = (".cpp", ".hpp", ".h", ".cc")
+
+
+def sources(root, top, suffixes=CPP):
     for base, dirs, files in os.walk(os.path.join(root, top)):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
         for f in files:
-            if f.endswith((".cpp", ".hpp", ".h", ".cc")):
+            if f.endswith(suffixes):
                 yield os.path.join(base, f)
 
 
@@ -53,8 +56,8 @@ def main(root):
             if inc.split("/")[0] in LAYERS:
                 breaches.append(f"{path}:{number}: the Python backend includes {inc}; use the "
                                 "public API (include/rdmacoll/)")
-    for top in ("src", "include", "python", "tests", "perf", "examples"):
-        for path in sources(root, top):
+    for top in ("src", "include", "python", "tests", "perf", "examples", "scripts"):
+        for path in sources(root, top, CPP + (".py",)):
             with open(path, errors="replace") as f:
                 lines = sum(1 for _ in f)
             if lines > MAX_LINES:

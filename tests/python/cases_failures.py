@@ -1,0 +1,307 @@
+"""Cases: errors, a killed rank, re-initialisation, late ranks, threads, exits, use after
+free, a launcher's and a user's mistakes, a second group and teardown."""
+import datetime
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+import rdmacoll_torch
+from case_support import TORCH2, DistBackendError, init, expect_equal
+
+
+def case_errors():
+    """Wrong shapes raise RuntimeError with rdmacoll's message on every rank; the group stays
+    usable."""
+    rank, p = init()
+    out = torch.zeros(p * 4 + (1 if rank == 1 else 0))
+    try:
+        dist.all_gather_into_tensor(out, torch.zeros(4))
+        raise AssertionError("no error for a wrong output size")
+    except RuntimeError as e:
+        want = "rejected its arguments" if rank != 1 else "expected group size"
+        assert want in str(e), str(e)
+    try:
+        dist.all_reduce(torch.zeros(3 if rank == 0 else 4))
+        raise AssertionError("no error for mismatched sizes")
+    except RuntimeError as e:
+        assert "ranks disagree" in str(e), str(e)
+    try:
+        dist.reduce_scatter_tensor(torch.zeros(3), torch.zeros(3 * p + 1))
+        raise AssertionError("no error for a wrong reduce_scatter input")
+    except RuntimeError as e:
+        assert "reduce_scatter_tensor" in str(e), str(e)
+    t = torch.full((4,), float(rank))
+    dist.all_reduce(t)
+    expect_equal(t, torch.full((4,), float(sum(range(p)))), "usable after errors")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_killed():
+    """A rank killed mid-run: the others raise within the (short) timeout, never hang."""
+    rank, p = init(timeout_s=15)
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == p - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.time()
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+        raise AssertionError("no error after a peer died")
+    except RuntimeError as e:
+        took = time.time() - start
+        assert took < 20, f"took {took:.1f} s"
+        assert isinstance(e, DistBackendError), type(e)  # torch 2.x: a communication error
+        print(f"ok killed: rank {rank} raised after {took:.2f} s: {str(e)[:120]}", flush=True)
+    os._exit(0)  # the world is broken; torch's store host may be the dead rank
+
+
+def case_reinit():
+    """destroy_process_group, then a fresh init_process_group in the same processes. Each
+    round rendezvouses on a port of its own: torch 1.13's TCPStore server on rank 0 outlives
+    its group for a moment, and a rank that reconnects to the same port in that moment is
+    reset (gloo does the same)."""
+    base = int(os.environ["MASTER_PORT"])
+    for round_ in range(3):
+        os.environ["MASTER_PORT"] = str(base + 1 + round_)
+        rank, p = init()
+        t = torch.full((10,), float(rank + round_))
+        dist.all_reduce(t)
+        expect_equal(t, torch.full((10,), float(sum(r + round_ for r in range(p)))),
+                     f"round {round_}")
+        dist.destroy_process_group()
+        assert not rdmacoll_torch._C.is_initialized()
+
+
+def case_late():
+    """Ranks arrive seconds apart, as under a real launcher: the early ranks' store waits
+    outlast many of the library's 250 ms abort-check slices. torch 1.13's TCPStore leaves a
+    timed-out wait pending on its server, whose late answer then desynchronizes the
+    connection ("Stop_waiting response is expected"); the backend must never time a wait out
+    on torch's store."""
+    rank = int(os.environ["RANK"])
+    time.sleep(0.8 * rank)  # the skew under test, not a wait for anything
+    rank, p = init()
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    expect_equal(t, torch.full((4,), float(p * (p + 1) // 2)), "all_reduce after a late join")
+    time.sleep(0.8 * (p - 1 - rank))  # skew again, now at new_group
+    sub = dist.new_group(list(range(p)))
+    out = torch.empty(p, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.tensor([rank * 7]), group=sub)
+    expect_equal(out, torch.tensor([r * 7 for r in range(p)]), "all_gather on a late group")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_threads():
+    """A second Python thread runs collectives on another group while the main thread runs
+    its own."""
+    rank, p = init()
+    other = dist.new_group(list(range(p)))
+    errors = []
+
+    def side():
+        try:
+            for i in range(100):
+                t = torch.full((2000,), float(rank * i))
+                dist.all_reduce(t, group=other)
+                expect_equal(t, torch.full((2000,), float(sum(r * i for r in range(p)))),
+                             f"thread all_reduce {i}")
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    th = threading.Thread(target=side)
+    th.start()
+    for i in range(100):
+        out = torch.zeros(p * 500)
+        dist.all_gather_into_tensor(out, torch.full((500,), float(rank + i)))
+        expect_equal(out, torch.cat([torch.full((500,), float(r + i)) for r in range(p)]),
+                     f"main all_gather {i}")
+    th.join()
+    if errors:
+        raise errors[0]
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_exit():
+    """The last rank leaves after 3 calls: by an uncaught exception, by Ctrl-C (SIGINT) or by
+    ending without destroy_process_group (argv[2]), with torch's default 30-minute timeout. The
+    others are in their next all_reduce: they must raise a communication error within about a
+    second, not at the timeout."""
+    how = sys.argv[2]
+    dist.init_process_group(backend="rdmacoll")
+    rank, p = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == p - 1:
+        print(f"leaving at {time.time():.3f}", flush=True)
+        if how == "exception":
+            raise RuntimeError("the user's code failed")
+        if how == "sigint":
+            # A shell's background job starts with SIGINT ignored; a terminal's Ctrl-C would not.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)  # the KeyboardInterrupt arrives here
+        sys.exit(0)  # "nodestroy"
+    start = time.time()
+    try:
+        for _ in range(100000):
+            dist.all_reduce(t)
+        raise AssertionError("no error after a peer left")
+    except RuntimeError as e:
+        took = time.time() - start
+        assert isinstance(e, DistBackendError), type(e)
+        print(f"ok exit: rank {rank} raised at {time.time():.3f} after {took:.2f} s: "
+              f"{str(e)[:160]}", flush=True)
+    os._exit(0)
+
+
+def case_uaf():
+    """A caller that keeps only the future (torch's quantization hook does) and drops the work
+    and the input: the input must live until the collective has read it. Each call waits behind
+    a large one, so it has not started when its input goes; the freed memory is then reused."""
+    rank, p = init()
+    n = 1 << 18
+    for it in range(5):
+        big = torch.ones(1 << 21)
+        w0 = dist.all_reduce(big, async_op=True)
+        out = torch.zeros(p * n)
+        fut = dist.all_gather_into_tensor(out, torch.full((n,), float(rank + it)),
+                                          async_op=True).get_future()
+        out2 = torch.zeros(n)
+        ins = [torch.full((n,), float(rank * 10 + r + it)) for r in range(p)]
+        fut2 = dist.reduce_scatter(out2, ins, async_op=True).get_future()  # stacked temporary
+        del ins
+        junk = [torch.full((n,), -7.0) for _ in range(16)]  # reuses what was freed
+        fut.wait()
+        fut2.wait()
+        w0.wait()
+        del junk
+        expect_equal(out, torch.cat([torch.full((n,), float(r + it)) for r in range(p)]),
+                     f"all_gather after the input was dropped, round {it}")
+        expect_equal(out2, torch.full((n,), float(sum(r * 10 + rank + it for r in range(p)))),
+                     f"reduce_scatter after the inputs were dropped, round {it}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _mistakes(p):
+    """(what, the offending rank's call, the others' call of the same collective): mistakes only
+    the offending rank can see."""
+    cases = [
+        ("a list of the wrong length",
+         lambda: dist.all_gather([torch.zeros(4) for _ in range(p + 1)], torch.zeros(4),
+                                 async_op=True),
+         lambda: dist.all_gather([torch.zeros(4) for _ in range(p)], torch.zeros(4),
+                                 async_op=True)),
+        ("MAX of complex tensors",
+         lambda: dist.reduce_scatter_tensor(torch.zeros(2, dtype=torch.complex64),
+                                            torch.zeros(2 * p, dtype=torch.complex64),
+                                            op=dist.ReduceOp.MAX, async_op=True),
+         lambda: dist.reduce_scatter_tensor(torch.zeros(2, dtype=torch.complex64),
+                                            torch.zeros(2 * p, dtype=torch.complex64),
+                                            async_op=True)),
+        ("a reduce_scatter list of the wrong length",
+         lambda: dist.reduce_scatter(torch.zeros(4), [torch.zeros(4)] * (p + 1), async_op=True),
+         lambda: dist.reduce_scatter(torch.zeros(4), [torch.zeros(4)] * p, async_op=True)),
+    ]
+    if not TORCH2:  # torch 2.x refuses it in its dispatcher, before any backend sees it
+        cases.append(("a sparse tensor in broadcast",
+                      lambda: dist.broadcast(torch.zeros(4).to_sparse(), 0, async_op=True),
+                      lambda: dist.broadcast(torch.zeros(4), 0, async_op=True)))
+    if TORCH2:
+        cases.append(("a large all_reduce of float8 among float32 ones",
+                      lambda: dist.all_reduce(torch.zeros(1 << 20, dtype=torch.float8_e4m3fn),
+                                              async_op=True),
+                      lambda: dist.all_reduce(torch.zeros(1 << 20), async_op=True)))
+    return cases
+
+
+def case_mistakes():
+    """One rank's mistake (that only it can see) raises at its call, and at every other rank's
+    wait within a second, with the offender's words; the group stays in step: each mistake is
+    caught and the next 100 all_reduce results are checked on every rank."""
+    rank, p = init(timeout_s=60)
+    bad = p - 1
+    for what, bad_call, good_call in _mistakes(p):
+        start = time.time()
+        if rank == bad:
+            try:
+                bad_call()
+            except (RuntimeError, ValueError) as e:
+                assert "rdmacoll" in str(e), str(e)
+            else:
+                raise AssertionError(f"{what}: no error at the offending rank's call")
+        else:
+            work = good_call()
+            try:
+                work.wait()
+            except RuntimeError as e:
+                took = time.time() - start
+                assert f"rank {bad} rejected its arguments" in str(e), (what, str(e))
+                assert took < 1.5, f"{what}: raised after {took:.2f} s"
+            else:
+                raise AssertionError(f"{what}: no error on rank {rank}")
+        for i in range(100):
+            t = torch.full((7,), float(rank + i))
+            dist.all_reduce(t)
+            expect_equal(t, torch.full((7,), float(sum(r + i for r in range(p)))),
+                         f"all_reduce {i} after {what}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_secondary():
+    """rdmacoll groups under a gloo default group: one of all ranks, and two that overlap."""
+    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=120))
+    rank, p = dist.get_rank(), dist.get_world_size()
+    assert p >= 3
+    whole = dist.new_group(backend="rdmacoll")
+    g01 = dist.new_group([0, 1], backend="rdmacoll")
+    g12 = dist.new_group([1, 2], backend="rdmacoll")
+    assert dist.get_backend(whole) == "rdmacoll"
+    for i in range(3):
+        t = torch.full((1000,), float(rank + i))
+        dist.all_reduce(t, group=whole)
+        expect_equal(t, torch.full((1000,), float(sum(r + i for r in range(p)))), "whole")
+        for ranks, g in (((0, 1), g01), ((1, 2), g12)):
+            if rank in ranks:
+                out = torch.zeros(2 * 3, dtype=torch.int64)
+                dist.all_gather_into_tensor(out, torch.full((3,), rank + i), group=g)
+                expect_equal(out, torch.tensor([r + i for r in ranks for _ in range(3)]),
+                             f"group {ranks}")
+        t = torch.full((5,), float(rank))
+        dist.all_reduce(t)  # gloo, the default group
+        expect_equal(t, torch.full((5,), float(sum(range(p)))), "gloo default group")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def case_teardown():
+    """Destroying a subgroup (and then the world) while an async op on it still runs, with a
+    Python callback chained on it: neither waits for the other forever (the GIL)."""
+    rank, p = init(timeout_s=60)
+    for i in range(3):
+        sub = dist.new_group(list(range(p)))
+        seen = []
+        t = torch.full((1 << 20,), float(rank))
+        fut = dist.all_reduce(t, group=sub, async_op=True).get_future().then(
+            lambda f: seen.append(f.value()[0][0].item()))
+        dist.destroy_process_group(sub)
+        fut.wait()
+        assert seen == [float(sum(range(p)))], seen
+    t = torch.ones(1 << 20)
+    last = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value())
+    dist.destroy_process_group()
+    last.wait()
+    expect_equal(t, torch.full((1 << 20,), float(p)), "the world's last async op")
