@@ -164,6 +164,12 @@ struct Record {
 };
 static_assert(EagerSlots::kRecordAt + sizeof(Record) + EagerSlots::kRecordInline ==
               EagerSlots::kLine);
+
+// Where a record's inline chunk of n bytes lies: the end of the header line, or the lines after.
+size_t chunk_at(size_t n) {
+  return n <= EagerSlots::kRecordInline ? EagerSlots::kLine - EagerSlots::kRecordInline
+                                        : EagerSlots::kLine;
+}
 }  // namespace
 
 bool EagerSlots::fits_record(const CallDescriptor& d, size_t capacity) {
@@ -184,9 +190,7 @@ void EagerSlots::write_record(uint8_t* slot, const CallDescriptor& d) {
                  d.total_numel};
   std::memcpy(slot + kRecordAt, &r, sizeof r);
   const size_t n = d.inline_data.size();
-  if (n > 0)
-    std::memcpy(slot + (n <= kRecordInline ? kLine - kRecordInline : kLine), d.inline_data.data(),
-                n);
+  if (n > 0) std::memcpy(slot + chunk_at(n), d.inline_data.data(), n);
   length(slot) = kRecordBit | n;
 }
 
@@ -203,7 +207,7 @@ bool EagerSlots::read_record(const uint8_t* slot, size_t capacity, CallDescripto
   d.in_numel = r.in_numel;
   d.out_numel = r.out_numel;
   d.total_numel = r.total_numel;
-  d.inline_data = {slot + (n <= kRecordInline ? kLine - kRecordInline : kLine), n};
+  d.inline_data = {slot + chunk_at(n), n};
   return true;
 }
 

@@ -6,7 +6,6 @@ namespace rdmacoll::engine {
 
 void WriteSteps::expect_all(transport::MemoryRegion& local) {
   recv_base_ = call_.recvs().size();
-  expected_ = true;
   for (const PlannedArrival& a : plan_.arrivals()) {
     const uint64_t tag = transport::write_signal(call_.token(), a.signal);
     call_.recvs().push_back(
@@ -17,10 +16,6 @@ void WriteSteps::expect_all(transport::MemoryRegion& local) {
 
 void WriteSteps::post_writes(size_t s, const std::vector<CallDescriptor>& peers,
                              std::span<const transport::MemoryRegion* const> sources) {
-  if (!expected_) {  // a plan without arrivals may skip expect_all
-    recv_base_ = call_.recvs().size();
-    expected_ = true;
-  }
   const auto& writes = plan_.writes();
   for (size_t i = plan_.write_begin(s); i < plan_.write_end(s); ++i) {
     const PlannedWrite& w = writes[i];

@@ -74,9 +74,10 @@ class WriteSteps {
   transport::Transport& t_;
   const WritePlan& plan_;
   std::vector<std::unique_ptr<transport::RemoteRegion>>& remotes_;
-  size_t recv_base_ = 0;  // where our arrivals start in call.recvs()
-  size_t send_base_ = 0;  // and our writes in call.sends()
-  bool expected_ = false;
+  // Where our arrivals start in call.recvs() (set by expect_all; a plan without arrivals waits
+  // for an empty range wherever it starts) and our writes in call.sends().
+  size_t recv_base_ = 0;
+  size_t send_base_ = 0;
 };
 
 }  // namespace rdmacoll::engine
