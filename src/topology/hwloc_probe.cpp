@@ -130,7 +130,9 @@ LocalPlacement probe(const ProbeOptions& options) {
     p.nic = *dev;
     p.nic_why = "RDMACOLL_IB_DEVICE";
   } else {
-    const auto tied = nearest_osdevs(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
+    const auto nearest = nearest_osdevs(topo.t, HWLOC_OBJ_OSDEV_OPENFABRICS, binding.b);
+    std::string left_out;
+    const auto tied = usable_nics(nearest, read_nic_ports(options.ib_sysfs, nearest), &left_out);
     p.nic = pick(tied);
     if (tied.size() == 1) {
       p.nic_why = "the one nearest this rank's CPU binding";
@@ -139,6 +141,7 @@ LocalPlacement probe(const ProbeOptions& options) {
                   " equally near this rank's CPU binding; local rank " + std::to_string(local) +
                   " takes number " + std::to_string(local % tied.size());
     }
+    if (!left_out.empty()) p.nic_why += " (" + left_out + ")";
   }
   return p;
 }

@@ -3,6 +3,7 @@
 // and the virtual rank orders the schedules use. probe() is the only code that reads hwloc;
 // everything else here is plain data and pure functions.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,32 @@ struct LocalPlacement {
   static LocalPlacement parse(const std::string& text);
 };
 
+// A NIC's ports as sysfs shows them (/sys/class/infiniband/<dev>/ports/<n>/{state,link_layer}).
+struct NicPorts {
+  bool active = false;     // a port is ACTIVE
+  std::string link_layer;  // the active port's ("InfiniBand", "Ethernet"), else the first's
+};
+
+// Of the NICs that tie on locality, the ones a rank may take: with an ACTIVE port, and of the
+// link layer most of those have (InfiniBand on a tie), so that an Ethernet storage port beside
+// IB rails, or a rail that is down, is never counted in the local rank's choice. A NIC sysfs
+// says nothing of is kept. Hosts with the same NICs in the same states filter the same way.
+// `left_out` (if given) says which went and why, for the info log.
+std::vector<std::string> usable_nics(const std::vector<std::string>& tied,
+                                     const std::map<std::string, NicPorts>& ports,
+                                     std::string* left_out = nullptr);
+
+// Reads the ports of `devices` under `sysfs` (/sys/class/infiniband); missing ones are left out.
+std::map<std::string, NicPorts> read_nic_ports(const std::string& sysfs,
+                                               const std::vector<std::string>& devices);
+
 struct ProbeOptions {
   std::string xml_file;       // hwloc XML to read instead of this machine (tests); "" = live
   std::vector<int> bind_pus;  // PUs (OS indices) the rank is bound to; empty = its binding
   // This rank's index among its host's ranks; -1: the launcher's (LOCAL_RANK from torchrun and
   // rdmacoll-run, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0.
   int local_rank = -1;
+  std::string ib_sysfs = "/sys/class/infiniband";  // where the NICs' port states are read
 };
 
 // Reads hwloc. The NIC is the OpenFabrics device whose locality (its non-I/O ancestor) covers

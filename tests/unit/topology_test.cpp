@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "schedule/simulate.hpp"
@@ -224,6 +226,60 @@ TEST(NicChoice, RanksSpreadOverTheRailsTheirBindingReaches) {
   setenv("RDMACOLL_IB_DEVICE", "mlx5_7", 1);
   EXPECT_EQ(topology::probe({xml, {0}, 0}).nic, "mlx5_7");
   unsetenv("RDMACOLL_IB_DEVICE");
+}
+
+// The same 8-rail node with a port table: mlx5_2 and mlx5_5 down, mlx5_3 and mlx5_7 Ethernet
+// (storage ports beside the IB rails). Unbound ranks spread over the four usable IB rails only;
+// a socket's ranks over that socket's usable ones. Without the filter local rank 2 would take a
+// rail that is down and rank 3 an Ethernet port whose peers are all InfiniBand.
+TEST(NicChoice, RailsThatAreDownOrOfAnotherLinkLayerAreNotCounted) {
+  unsetenv("RDMACOLL_IB_DEVICE");
+  const std::string xml = std::string(TEST_DATA_DIR) + "/two_sockets_eight_nics.xml";
+  const std::string sysfs = ::testing::TempDir() + "/nic_choice_sysfs";
+  std::filesystem::remove_all(sysfs);
+  for (int i = 0; i < 8; ++i) {
+    const auto port = std::filesystem::path(sysfs) / ("mlx5_" + std::to_string(i)) / "ports/1";
+    std::filesystem::create_directories(port);
+    const bool down = i == 2 || i == 5;
+    const bool ethernet = i == 3 || i == 7;
+    std::ofstream(port / "state") << (down ? "1: DOWN\n" : "4: ACTIVE\n");
+    std::ofstream(port / "link_layer") << (ethernet ? "Ethernet\n" : "InfiniBand\n");
+  }
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<std::string> usable = {"mlx5_0", "mlx5_1", "mlx5_4", "mlx5_6"};
+  for (int local = 0; local < 8; ++local) {
+    topology::ProbeOptions o{xml, all, local};
+    o.ib_sysfs = sysfs;
+    const auto unbound = topology::probe(o);
+    EXPECT_EQ(unbound.nic, usable[local % 4]) << "unbound local rank " << local;
+    EXPECT_NE(unbound.nic_why.find("no port ACTIVE: mlx5_2, mlx5_5"), std::string::npos)
+        << unbound.nic_why;
+    EXPECT_NE(unbound.nic_why.find("not InfiniBand: mlx5_3, mlx5_7"), std::string::npos)
+        << unbound.nic_why;
+    o.bind_pus = {4, 5, 6, 7};  // socket 1: mlx5_4-7, of which 4 and 6 are usable
+    EXPECT_EQ(topology::probe(o).nic, local % 2 ? "mlx5_6" : "mlx5_4") << local;
+  }
+  std::filesystem::remove_all(sysfs);
+}
+
+// The filter itself: most ports' link layer wins (InfiniBand on a tie), a NIC with no port
+// table is kept, and nothing is dropped where all agree.
+TEST(NicChoice, UsableNicsKeepTheActivePortsOfTheCommonLinkLayer) {
+  using topology::NicPorts;
+  const std::vector<std::string> tied = {"a", "b", "c", "d"};
+  EXPECT_EQ(topology::usable_nics(tied, {}), tied);
+  std::map<std::string, NicPorts> roce = {{"a", {true, "Ethernet"}},
+                                          {"b", {true, "Ethernet"}},
+                                          {"c", {true, "Ethernet"}},
+                                          {"d", {true, "InfiniBand"}}};
+  EXPECT_EQ(topology::usable_nics(tied, roce), (std::vector<std::string>{"a", "b", "c"}));
+  std::map<std::string, NicPorts> tie = {{"a", {true, "Ethernet"}}, {"b", {true, "InfiniBand"}}};
+  EXPECT_EQ(topology::usable_nics({"a", "b"}, tie), (std::vector<std::string>{"b"}));
+  std::map<std::string, NicPorts> all_down = {{"a", {false, "InfiniBand"}},
+                                              {"b", {false, "InfiniBand"}}};
+  std::string why;
+  EXPECT_TRUE(topology::usable_nics({"a", "b"}, all_down, &why).empty());
+  EXPECT_EQ(why, "left out, no port ACTIVE: a, b");
 }
 
 TEST(NicChoice, LiveMachineProbeWorks) {
