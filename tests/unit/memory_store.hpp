@@ -69,6 +69,12 @@ class MemoryStore final : public Store {
     gone_ = true;
     cv_.notify_all();
   }
+  // Requests succeed again.
+  void come_back() {
+    std::lock_guard lock(mu_);
+    gone_ = false;
+    cv_.notify_all();
+  }
   // Whether the key is there, without counting as a request.
   bool has(const std::string& key) {
     std::lock_guard lock(mu_);

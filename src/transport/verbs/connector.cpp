@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <random>
 
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::transport::verbs_impl {
 
-Connector::Connector(std::shared_ptr<Store> store) : store_(std::move(store)) {
+Connector::Connector(std::shared_ptr<Store> store, std::chrono::milliseconds give_up_after)
+    : store_(std::move(store)), give_up_after_(give_up_after) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0)
     throw TransportError(std::string("verbs: eventfd failed: ") + std::strerror(errno));
@@ -65,6 +68,11 @@ std::optional<Connector::Bytes> Connector::take(const std::string& key) {
   return std::nullopt;
 }
 
+uint64_t Connector::store_errors() const {
+  std::lock_guard lock(mu_);
+  return store_errors_;
+}
+
 bool Connector::clear_wake() {
   uint64_t n = 0;
   return ::read(wake_fd_, &n, sizeof n) == sizeof n && n > 0;
@@ -80,14 +88,16 @@ void Connector::signal() {
 
 void Connector::run() {
   auto poll = kPollFirst;
+  std::minstd_rand jitter(static_cast<uint32_t>(::getpid()));
   std::unique_lock lock(mu_);
   for (;;) {
     // Posts and new watches at once; watched keys every `poll`; else sleep until told.
-    const auto told = [&] { return stop_ || !posts_.empty() || look_now_; };
-    if (watched_.empty()) {
+    // A failing store is asked again only at the poll's pace, posts included.
+    const auto told = [&] { return stop_ || (!failing_since_ && (!posts_.empty() || look_now_)); };
+    if (watched_.empty() && posts_.empty() && !failing_since_) {
       cv_.wait(lock, told);
     } else {
-      cv_.wait_for(lock, poll, told);
+      cv_.wait_for(lock, poll - poll * (jitter() % 256) / 1024, told);
     }
     if (stop_) return;
     if (!error_.empty()) {  // nothing more will come: wait to be stopped
@@ -102,9 +112,10 @@ void Connector::run() {
     lock.unlock();
     std::vector<std::pair<std::string, Bytes>> came;
     std::string failed;
+    size_t posted = 0;
     try {
-      for (auto& [key, value] : posts)
-        store_->set(key, value);
+      for (; posted < posts.size(); ++posted)
+        store_->set(posts[posted].first, posts[posted].second);
       for (const std::string& key : watched) {
         if (store_->check(key)) came.emplace_back(key, store_->get(key, std::chrono::seconds(10)));
       }
@@ -116,8 +127,19 @@ void Connector::run() {
       // Unwatched while we looked: its peer failed, nobody takes it.
       if (std::erase(watched_, key) > 0) arrived_[key] = std::move(value);
     }
-    if (!failed.empty()) error_ = failed;
-    if (!came.empty() || !failed.empty()) signal();
+    const auto now = std::chrono::steady_clock::now();
+    if (failed.empty()) {
+      failing_since_.reset();
+    } else {
+      // What was not posted goes first next time, in its order.
+      posts_.insert(posts_.begin(), std::make_move_iterator(posts.begin() + posted),
+                    std::make_move_iterator(posts.end()));
+      ++store_errors_;
+      if (!failing_since_) failing_since_ = now;
+      if (now - *failing_since_ >= give_up_after_)
+        error_ = failed + " (failing for " + std::to_string(give_up_after_.count()) + " ms)";
+    }
+    if (!came.empty() || !error_.empty()) signal();
     poll = !came.empty() || fresh ? kPollFirst : std::min(poll * 2, kPollMax);
   }
 }

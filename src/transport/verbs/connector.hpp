@@ -27,11 +27,17 @@ namespace rdmacoll::transport::verbs_impl {
 class Connector {
  public:
   using Bytes = std::vector<uint8_t>;
-  // The store's first look at a watched key, then at most this long between looks (doubling).
+  // The store's first look at a watched key, then at most this long between looks (doubling,
+  // each wait drawn from [3/4, 1] of it so that ranks waiting on the same late peer spread out):
+  // hundreds of ranks waiting at once must not flood the one store.
   static constexpr std::chrono::microseconds kPollFirst{100};
-  static constexpr std::chrono::microseconds kPollMax{10'000};
+  static constexpr std::chrono::microseconds kPollMax{50'000};
 
-  explicit Connector(std::shared_ptr<Store> store);
+  // A store that fails (overloaded, a request timing out, a connection reset) is asked again
+  // at the poll's pace; only a store failing for `give_up_after` on end fails the connections
+  // waiting on it (one bad second must not fail every pair not yet connected).
+  explicit Connector(std::shared_ptr<Store> store,
+                     std::chrono::milliseconds give_up_after = std::chrono::seconds(60));
   // Stops the thread; it finishes the store request in hand first (bounded by the store's own
   // timeout, the short cleanup grace after a failure).
   ~Connector();
@@ -53,6 +59,8 @@ class Connector {
   // Readable when something has come since the last clear_wake(), which says whether it was.
   int wake_fd() const { return wake_fd_; }
   bool clear_wake();
+  // Store requests that failed and were made again.
+  uint64_t store_errors() const;
 
  private:
   void run();
@@ -61,12 +69,15 @@ class Connector {
 
   std::shared_ptr<Store> store_;
   int wake_fd_ = -1;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::string, Bytes>> posts_;
   std::vector<std::string> watched_;
   std::map<std::string, Bytes> arrived_;
-  std::string error_;      // the store's failure, once it has failed
+  std::chrono::milliseconds give_up_after_;
+  std::string error_;          // the store's failure, once it has failed for give_up_after_
+  uint64_t store_errors_ = 0;  // failed looks, retried
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
   bool look_now_ = false;  // a key was watched since the last look
   bool stop_ = false;
   std::atomic<uint64_t> generation_{0};
