@@ -126,11 +126,11 @@ std::string transport_counters() {
     << " signaled=" << c.signaled << " inline_sends=" << c.inline_sends
     << " completions=" << c.completions << " event_syscalls=" << c.event_syscalls
     << " keepalives=" << c.keepalives << " striped_writes=" << c.striped_writes
-    << " eager_writes=" << c.eager_writes << " eager_fallbacks=" << c.eager_fallbacks
+    << " eager_writes=" << c.eager_writes << " eager_slot_waits=" << c.eager_slot_waits
     << " eager_credit_writes=" << c.eager_credit_writes << " eager_sleeps=" << c.eager_sleeps
     << " eager_rings=" << c.eager_rings << " eager_late=" << c.eager_late
     << " receive_credit_writes=" << c.receive_credit_writes << " credit_waits=" << c.credit_waits
-    << " receive_queue_low=" << c.receive_queue_low;
+    << " receive_queue_low=" << c.receive_queue_low << " port_down_events=" << c.port_down_events;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

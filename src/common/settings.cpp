@@ -126,8 +126,6 @@ std::vector<Spec> make_registry() {
                    "rdmacoll-run: ranks report progress lines"));
   hook(count_spec("RDMACOLL_TEST_MAX_MESSAGE", Scope::Job, "none", 4096, UINT64_MAX,
                   "caps UCX control messages as verbs caps them"));
-  hook(choice_spec("RDMACOLL_TEST_EAGER_HOLD_CREDITS", Scope::Rank, {"0", "1"},
-                   "verbs write ring: give no credit back"));
   hook(count_spec("RDMACOLL_TEST_QP_DELAY_MS", Scope::Rank, "0", 0, 600'000,
                   "verbs: delay the first QP transition"));
   hook(count_spec("RDMACOLL_TEST_QP_DELAY_RANK", Scope::Rank, "none", 0, 1u << 24,

@@ -203,16 +203,16 @@ class Transport {
   // Work the transport gave the NIC and the kernel (verbs; zeros elsewhere): what a call costs
   // beyond its bytes.
   struct Counters {
-    uint64_t work_requests = 0;    // send-queue work requests posted (sends and write pieces)
-    uint64_t doorbells = 0;        // ibv_post_send calls: one doorbell each
-    uint64_t signaled = 0;         // work requests that asked for a completion
-    uint64_t inline_sends = 0;     // sends whose bytes went in the work request
-    uint64_t completions = 0;      // completion-queue entries polled
-    uint64_t event_syscalls = 0;   // reads of the async-event fd
-    uint64_t keepalives = 0;       // zero-byte writes to peers waited on (dead-host detection)
-    uint64_t striped_writes = 0;   // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
-    uint64_t eager_writes = 0;     // control messages written into a peer's eager slots
-    uint64_t eager_fallbacks = 0;  // control messages sent for want of a free slot at the peer
+    uint64_t work_requests = 0;   // send-queue work requests posted (sends and write pieces)
+    uint64_t doorbells = 0;       // ibv_post_send calls: one doorbell each
+    uint64_t signaled = 0;        // work requests that asked for a completion
+    uint64_t inline_sends = 0;    // sends whose bytes went in the work request
+    uint64_t completions = 0;     // completion-queue entries polled
+    uint64_t event_syscalls = 0;  // reads of the async-event fd
+    uint64_t keepalives = 0;      // zero-byte writes to peers waited on (dead-host detection)
+    uint64_t striped_writes = 0;  // writes spread over more than one QP (RDMACOLL_IB_QPS_PER_PEER)
+    uint64_t eager_writes = 0;    // control messages written into a peer's eager slots
+    uint64_t eager_slot_waits = 0;  // tries to build an eager message with no free slot at the peer
     uint64_t eager_credit_writes = 0;  // credits written back (no message of ours carried them)
     uint64_t eager_sleeps = 0;         // sleeps announced to the peers that write our eager slots
     uint64_t eager_rings = 0;          // wake-ups rung at peers that announced a sleep
@@ -220,6 +220,7 @@ class Transport {
     uint64_t receive_credit_writes = 0;  // receive credits handed back to peers
     uint64_t credit_waits = 0;           // tries to build a receive-taking request without a credit
     uint64_t receive_queue_low = 0;      // the shared receive queue's low-water events
+    uint64_t port_down_events = 0;       // our port went down (a warning until past the budget)
   };
   // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
   // entries; zero where the library below owns them, as in UCX), and how many peers it has

@@ -298,6 +298,47 @@ TEST(ReceiveCredits, TheSharedQueueNeverRunsDryAndSendersNeverWaitForever) {
   EXPECT_FALSE(r.overran());
 }
 
+// Two writes of the credit word in flight can be placed in reverse order where the fabric routes
+// adaptively (InfiniBand AR, RoCE packet spraying): the word goes 16 -> 8. A sender that read
+// it fresh each time would see 8 credits back for 16 used and wait for ever, since the receiver
+// owes nothing more; it keeps the largest value it has seen.
+TEST(ReceiveCredits, ACreditWordThatGoesBackwardsKeepsTheLargestValueSeen) {
+  ReceiveCredits s;
+  s.their_grant = 8;
+  s.used = 16;
+  EXPECT_FALSE(s.may_take(8));  // 8 granted and 8 back: all 16 used
+  EXPECT_TRUE(s.may_take(16));
+  EXPECT_TRUE(s.may_take(8));  // the late write of 8 landed over the 16
+  s.used = 24;
+  EXPECT_FALSE(s.may_take(8));
+  EXPECT_TRUE(s.may_take(24));
+}
+
+// The sleep epoch and the eager credit are read the same way: a word that goes back reads as
+// the largest value seen, and a later larger one still counts.
+TEST(CountWord, AWordThatGoesBackwardsReadsAsTheLargestValueSeen) {
+  CountWord epoch;
+  EXPECT_EQ(epoch.read(5), 5u);
+  EXPECT_EQ(epoch.read(3), 5u);
+  EXPECT_EQ(epoch.read(0), 5u);
+  EXPECT_EQ(epoch.read(6), 6u);
+}
+
+// The writer keeps one write of a word in flight: a change while one is in flight is written
+// when it lands, once however many changes came, and never two at a time.
+TEST(WordWriter, OneWriteOfAWordInFlightAndTheNewestValueWrittenWhenItLands) {
+  WordWriter w;
+  EXPECT_TRUE(w.changed());   // posted
+  EXPECT_FALSE(w.changed());  // in flight: later
+  EXPECT_FALSE(w.changed());
+  EXPECT_TRUE(w.landed());    // the newest value, posted now
+  EXPECT_FALSE(w.changed());  // that one is in flight
+  EXPECT_TRUE(w.landed());
+  EXPECT_FALSE(w.landed());  // nothing changed since: nothing more in flight
+  EXPECT_FALSE(w.in_flight);
+  EXPECT_TRUE(w.changed());
+}
+
 // The grant shrinks as the world grows so that every peer's fits the queue, down to one each.
 TEST(ReceiveCredits, GrantsFitTheQueueForEveryWorldSize) {
   for (uint64_t peers : {1u, 2u, 63u, 64u, 65u, 1023u, 1024u, 1025u, 4095u, 8191u}) {

@@ -142,8 +142,58 @@ void VerbsTransport::fail_all_of(int peer) {
   for (auto& [id, req] : inflight_) {
     if (req->peer() == peer && req->state() == Request::State::Pending) req->fail(why);
   }
-  for (auto& lane : peers_[peer].lanes)
+  for (auto& lane : peers_[peer].lanes) {
     lane.backlog.clear();
+    lane.urgent.clear();
+  }
+}
+
+// A port that goes down is not a failure yet: a link retraining, a cable reseated or a subnet
+// manager's sweep brings it back within seconds, and RC retries (RDMACOLL_IB_TIMEOUT x
+// (RDMACOLL_IB_RETRY_CNT + 1)) ride that out, as NCCL's net_ib treats PORT_ERR. Peers fail
+// through their completions' errors, or all together when the port is not ACTIVE again within
+// that retry budget.
+std::chrono::milliseconds VerbsTransport::port_budget() const {
+  const double seconds =
+      4.096e-6 * static_cast<double>(uint64_t{1} << fabric_.timeout) * (fabric_.retry_count + 1);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+void VerbsTransport::on_port_down() {
+  ++counters_.port_down_events;
+  if (port_down_since_) return;
+  port_down_since_ = Clock::now();
+  log::warn("verbs: " + choice_.device + ":" + std::to_string(choice_.port) +
+            " went down; work waits for it up to the retry budget of " +
+            std::to_string(port_budget().count()) +
+            " ms (RDMACOLL_IB_TIMEOUT, RDMACOLL_IB_RETRY_CNT)");
+}
+
+void VerbsTransport::on_port_active() {
+  if (!port_down_since_) return;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *port_down_since_);
+  port_down_since_.reset();
+  log::warn("verbs: " + choice_.device + ":" + std::to_string(choice_.port) +
+            " is active again after " + std::to_string(ms.count()) + " ms");
+}
+
+void VerbsTransport::check_port(Clock::time_point now) {
+  if (!port_down_since_ || now - *port_down_since_ < port_budget()) return;
+  ibv_port_attr a{};
+  if (ibv_query_port(ctx_, choice_.port, &a) == 0 && a.state == IBV_PORT_ACTIVE) {
+    on_port_active();  // its event was missed
+    return;
+  }
+  const std::string why = choice_.device + ":" + std::to_string(choice_.port) +
+                          " has been down for longer than the retry budget of " +
+                          std::to_string(port_budget().count()) +
+                          " ms (RDMACOLL_IB_TIMEOUT, RDMACOLL_IB_RETRY_CNT): check the link "
+                          "(ibv_devinfo, the switch port)";
+  port_down_since_.reset();
+  for (int r = 0; r < world_; ++r) {
+    if (r != me_) mark_failed(r, why);
+  }
 }
 
 bool VerbsTransport::drain_async() {
@@ -166,12 +216,13 @@ bool VerbsTransport::drain_async() {
       }
     }
     // A port event concerns us only on our port (a dual-port HCA's other port may go down).
-    const bool our_port_down =
-        ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == choice_.port;
+    const bool our_port = ev.element.port_num == choice_.port;
+    if (ev.event_type == IBV_EVENT_PORT_ERR && our_port) on_port_down();
+    if (ev.event_type == IBV_EVENT_PORT_ACTIVE && our_port) on_port_active();
     const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
     const bool our_srq_lost = ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq_;
     if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq_) on_receive_limit();
-    if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_port_down || our_cq_lost || our_srq_lost) {
+    if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_cq_lost || our_srq_lost) {
       for (int r = 0; r < world_; ++r) {
         if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
       }

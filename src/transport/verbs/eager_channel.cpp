@@ -21,13 +21,15 @@ void VerbsTransport::make_eager_ring(int peer) {
   e.slots = eager_slots_;
 }
 
-bool VerbsTransport::eager_slot_free(const Peer& p) {
-  const Peer::Eager& e = p.eager;
+bool VerbsTransport::eager_slot_free(Peer& p) {
+  Peer::Eager& e = p.eager;
   if (e.their_slots == 0 || p.failure) return false;
-  uint64_t credit = 0;
+  uint64_t word = 0;
   __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::credit_in_offset(e.slots)),
-                &credit, __ATOMIC_ACQUIRE);
-  return e.sent - std::max(credit, e.credit) < static_cast<uint64_t>(e.their_slots);
+                &word, __ATOMIC_ACQUIRE);
+  // A credit above what we sent is a lie that would only cost the peer its own slots.
+  const uint64_t credit = e.credit.read(std::min(word, e.sent));
+  return e.sent - credit < static_cast<uint64_t>(e.their_slots);
 }
 
 bool VerbsTransport::poll_eager(int peer) {
@@ -46,7 +48,7 @@ bool VerbsTransport::poll_eager(int peer) {
       // A credit above what we sent is a lie that would only cost the peer its own slots;
       // it is ignored all the same.
       const uint64_t credit = eager_ring::widen_credit(m->credit, e.sent);
-      if (credit <= e.sent) e.credit = std::max(e.credit, credit);
+      if (credit <= e.sent) e.credit.read(credit);
       if (slept_to_timeout_) ++counters_.eager_late;  // it landed and no ring woke us
       dispatch_control(peer, m->tag, m->payload);
     }
@@ -55,16 +57,14 @@ bool VerbsTransport::poll_eager(int peer) {
                 "rank " + std::to_string(peer) + " wrote into its eager slots here: " + ex.what());
     return true;
   }
-  if (e.taken - e.credited >= credit_every_ && !hold_credits_) return_credit(peer);
+  if (e.taken - e.credited >= credit_every_) return_credit(peer);
   return any;
 }
 
 void VerbsTransport::return_credit(int peer) {
   Peer::Eager& e = peers_[peer].eager;
   e.credited = e.taken;
-  ++counters_.eager_credit_writes;
-  write_word(peer, eager_ring::credit_out_offset(e.slots), e.taken,
-             eager_ring::credit_in_offset(e.their_slots));
+  write_word(peer, Word::EagerCredit, e.taken);
 }
 
 void VerbsTransport::announce_sleep() {
@@ -72,19 +72,17 @@ void VerbsTransport::announce_sleep() {
   ++sleep_epoch_;
   ++counters_.eager_sleeps;
   for (int peer : eager_peers_) {
-    const Peer::Eager& e = peers_[peer].eager;
-    if (peers_[peer].failure) continue;
-    write_word(peer, eager_ring::epoch_out_offset(e.slots), sleep_epoch_,
-               eager_ring::epoch_in_offset(e.their_slots));
+    if (!peers_[peer].failure) write_word(peer, Word::SleepEpoch, sleep_epoch_);
   }
 }
 
 void VerbsTransport::wake_if_asleep(int peer) {
   Peer& p = peers_[peer];
   Peer::Eager& e = p.eager;
-  uint64_t epoch = 0;
+  uint64_t word = 0;
   __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::epoch_in_offset(e.slots)),
-                &epoch, __ATOMIC_ACQUIRE);
+                &word, __ATOMIC_ACQUIRE);
+  const uint64_t epoch = e.epoch.read(word);
   if (epoch <= e.rung || p.failure) return;
   // The ring takes one of the peer's receives. Without a credit the peer has our earlier
   // receive-taking requests unread in its CQ, and they wake it.
@@ -97,20 +95,63 @@ void VerbsTransport::wake_if_asleep(int peer) {
   });
 }
 
-void VerbsTransport::write_word(int peer, size_t our_offset, uint64_t value, size_t their_offset) {
+namespace {
+// Where a word's line is in our block (the source of our writes of it) and in the peer's.
+size_t out_offset(Word w, int slots) {
+  switch (w) {
+    case Word::EagerCredit:
+      return eager_ring::credit_out_offset(slots);
+    case Word::SleepEpoch:
+      return eager_ring::epoch_out_offset(slots);
+    case Word::ReceiveCredit:
+      break;
+  }
+  return eager_ring::receives_out_offset(slots);
+}
+size_t in_offset(Word w, int slots) {
+  switch (w) {
+    case Word::EagerCredit:
+      return eager_ring::credit_in_offset(slots);
+    case Word::SleepEpoch:
+      return eager_ring::epoch_in_offset(slots);
+    case Word::ReceiveCredit:
+      break;
+  }
+  return eager_ring::receives_in_offset(slots);
+}
+}  // namespace
+
+void VerbsTransport::write_word(int peer, Word word, uint64_t value) {
   const Peer::Eager& e = peers_[peer].eager;
-  uint8_t* out = e.block + our_offset;
-  __atomic_store(reinterpret_cast<uint64_t*>(out), &value, __ATOMIC_RELEASE);
-  const uint64_t from = reinterpret_cast<uint64_t>(out);
+  __atomic_store(reinterpret_cast<uint64_t*>(e.block + out_offset(word, e.slots)), &value,
+                 __ATOMIC_RELEASE);
+  if (peers_[peer].eager.writers[static_cast<int>(word)].changed()) post_word(peer, word);
+}
+
+void VerbsTransport::post_word(int peer, Word word) {
+  const Peer::Eager& e = peers_[peer].eager;
+  if (word == Word::EagerCredit) ++counters_.eager_credit_writes;
+  if (word == Word::ReceiveCredit) ++counters_.receive_credit_writes;
+  const uint64_t from = reinterpret_cast<uint64_t>(e.block + out_offset(word, e.slots));
   const uint32_t lkey = e.mr->lkey;
-  const uint64_t to = e.their_ring + their_offset;
+  const uint64_t to = e.their_ring + in_offset(word, e.their_block_slots);
   const uint32_t rkey = e.their_rkey;
-  post_unawaited_write(peer, [=](Staged& st) {
-    st.sge = {from, 8, lkey};
-    st.wr.opcode = IBV_WR_RDMA_WRITE;
-    st.wr.wr.rdma.remote_addr = to;
-    st.wr.wr.rdma.rkey = rkey;
-  });
+  post_unawaited_write(
+      peer,
+      [=](Staged& st) {
+        st.sge = {from, 8, lkey};
+        st.wr.opcode = IBV_WR_RDMA_WRITE;
+        st.wr.wr.rdma.remote_addr = to;
+        st.wr.wr.rdma.rkey = rkey;
+      },
+      word);
+}
+
+void VerbsTransport::word_landed(int peer, Word word) {
+  Peer& p = peers_[peer];
+  if (p.failure) return;
+  if (p.eager.writers[static_cast<int>(word)].landed()) post_word(peer, word);
+  if (word != Word::SleepEpoch) wake_if_asleep(peer);
 }
 
 }  // namespace rdmacoll::transport::verbs_impl

@@ -20,11 +20,10 @@
 //
 // Flow control by credits: every message carries how many of the peer's messages its sender has
 // taken, so where both sides send (every all-gather round) credits cost nothing; a receiver that
-// has taken half a ring without sending writes the count into the sender's block instead. A
-// sender without a free slot sends the message as before (SEND into the shared receive queue),
-// so nothing waits for credits. Measured on SoftRoCE: a credit write every fourth message kept
-// small all-gathers 13-31% slower than SENDs (each write is one more doorbell). Messages are
-// matched by tag, so a message that overtakes another on the other path is harmless.
+// has taken half a ring without sending writes the count into the sender's block instead, on
+// the QP's urgent queue (never behind messages that wait for credits). A sender without a free
+// slot waits for one: it does not fall back to a SEND, since a SEND may overtake the slots'
+// messages and point-to-point messages of one tag are matched in the order they were sent.
 //
 // This file is the framing and the block's layout, as pure functions (unit-tested and fuzzed);
 // the rings, credits and epochs live in verbs_transport.cpp.

@@ -46,14 +46,52 @@ constexpr uint64_t receives_posted(uint64_t connected, uint32_t grant, uint64_t 
   return std::min(chunks * kReceiveChunk, capacity);
 }
 
-// One peer's credits, both ways. Counts are cumulative (they never wrap), so a credit word that
-// lands late or twice is harmless: only its largest value counts.
+// A count a peer writes into our memory by plain RDMA WRITEs (credits, sleep epochs). It only
+// grows at the writer, but two writes of it in flight may be placed in either order where the
+// fabric routes packets adaptively (InfiniBand AR, RoCE packet spraying), so the word can go
+// back; the reader keeps the largest value it has seen, which a late smaller write cannot undo.
+// (The writer also keeps one write per word in flight: WordWriter.)
+struct CountWord {
+  uint64_t largest = 0;
+  uint64_t read(uint64_t word) {
+    largest = std::max(largest, word);
+    return largest;
+  }
+};
+
+// The writer's side of a CountWord: at most one write of the word in flight, so two writes of
+// it are never in the fabric together and cannot land out of order. A new value while one is in
+// flight is written when that one has landed (the write reads the word's source line when the
+// NIC executes it, so it carries the newest value then).
+struct WordWriter {
+  bool in_flight = false;
+  bool again = false;
+  // A new value: true when a write is to be posted now.
+  bool changed() {
+    if (in_flight) {
+      again = true;
+      return false;
+    }
+    in_flight = true;
+    return true;
+  }
+  // The write in flight has landed: true when another is to be posted now.
+  bool landed() {
+    in_flight = again;
+    again = false;
+    return in_flight;
+  }
+};
+
+// One peer's credits, both ways. Counts are cumulative (they never wrap).
 struct ReceiveCredits {
   // Toward the peer: its grant, how many receive-taking requests we posted, and the credits it
-  // has handed back (the word it writes into our block).
+  // has handed back (the word it writes into our block: its largest value counts, and a count
+  // above what we used is a lie that would only cost the peer its own receives).
   uint32_t their_grant = 0;
   uint64_t used = 0;
-  bool may_take(uint64_t handed_back) const { return used < their_grant + handed_back; }
+  CountWord returned;
+  bool may_take(uint64_t word) { return used < their_grant + returned.read(std::min(word, used)); }
 
   // From the peer: our grant, the receives its requests took, and the credits written back.
   uint32_t our_grant = 0;

@@ -87,14 +87,11 @@ void VerbsTransport::on_receive_limit() {
 
 bool VerbsTransport::take_receive_credit(int peer) {
   Peer& p = peers_[peer];
-  uint64_t back = 0;
+  uint64_t word = 0;
   __atomic_load(reinterpret_cast<const uint64_t*>(p.eager.block +
                                                   eager_ring::receives_in_offset(p.eager.slots)),
-                &back, __ATOMIC_ACQUIRE);
-  // A count above what we used is a lie that would only cost the peer its own receives; it is
-  // capped all the same.
-  back = std::min(back, p.credits.used);
-  if (!p.credits.may_take(back)) {
+                &word, __ATOMIC_ACQUIRE);
+  if (!p.credits.may_take(word)) {
     ++counters_.credit_waits;
     return false;
   }
@@ -108,11 +105,8 @@ void VerbsTransport::hand_back_credits() {
     if (p.failure) return true;
     if (!p.credits.owes_credits()) return false;
     p.credits.handed_back = p.credits.arrived;
-    ++counters_.receive_credit_writes;
-    write_word(peer, eager_ring::receives_out_offset(p.eager.slots), p.credits.handed_back,
-               eager_ring::receives_in_offset(p.eager.their_block_slots));
-    // A peer asleep with work waiting for these credits wakes to them.
-    if (p.eager.their_slots > 0) wake_if_asleep(peer);
+    // A peer asleep with work waiting for these credits is rung once they have landed.
+    write_word(peer, Word::ReceiveCredit, p.credits.handed_back);
     return true;
   });
 }

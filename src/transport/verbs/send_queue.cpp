@@ -11,7 +11,7 @@ uint64_t VerbsTransport::track(const std::shared_ptr<VerbsRequest>& req) {
   return id;
 }
 
-void VerbsTransport::submit(int peer, int lane, std::function<bool(Staged&)> build) {
+void VerbsTransport::submit(int peer, int lane, std::function<bool(Staged&)> build, bool urgent) {
   Peer& p = peers_[peer];
   touch(peer);
   if (p.failure) {
@@ -19,15 +19,17 @@ void VerbsTransport::submit(int peer, int lane, std::function<bool(Staged&)> bui
     return;
   }
   Lane& l = p.lanes[lane];
-  if (p.link == Link::Ready && l.backlog.empty() && stage(peer, lane, build)) return;
-  if (l.backlog.empty()) backlogged_.emplace_back(peer, lane);
-  l.backlog.push_back(std::move(build));
+  auto& queue = urgent ? l.urgent : l.backlog;
+  if (p.link == Link::Ready && queue.empty() && stage(peer, lane, build, urgent)) return;
+  if (!l.waiting()) backlogged_.emplace_back(peer, lane);
+  queue.push_back(std::move(build));
 }
 
-bool VerbsTransport::stage(int peer, int lane, std::function<bool(Staged&)>& build) {
+bool VerbsTransport::stage(int peer, int lane, std::function<bool(Staged&)>& build, bool urgent) {
   Lane& l = peers_[peer].lanes[lane];
-  if (l.in_queue() >= static_cast<size_t>(kSendDepth) || sends_in_flight_ >= kSendsInFlight)
-    return false;
+  const int depth = urgent ? kSendDepth : kSendDepth - kUrgentPerQp;
+  const int cap = urgent ? kSendsInFlight : kSendsInFlight - kUrgentInFlight;
+  if (l.in_queue() >= static_cast<size_t>(depth) || sends_in_flight_ >= cap) return false;
   Staged st;
   if (!build(st)) return false;
   if (l.staged.empty()) staged_lanes_.emplace_back(peer, lane);
@@ -119,10 +121,12 @@ void VerbsTransport::drain_backlogs() {
     Peer& p = peers_[peer];
     Lane& l = p.lanes[lane];
     if (p.link == Link::Ready && !p.failure) {
+      while (!l.urgent.empty() && stage(peer, lane, l.urgent.front(), true))
+        l.urgent.pop_front();
       while (!l.backlog.empty() && stage(peer, lane, l.backlog.front()))
         l.backlog.pop_front();
     }
-    return l.backlog.empty();
+    return !l.waiting();
   });
 }
 
@@ -144,21 +148,22 @@ void VerbsTransport::complete_through(int peer, int lane, uint32_t number, bool 
 void VerbsTransport::complete_one(int peer, uint64_t id, bool ok) {
   Peer& p = peers_[peer];
   auto it = inflight_.find(id);
-  if (it != inflight_.end()) {
-    auto* req = static_cast<VerbsRequest*>(it->second.get());
-    if (req->send_slot >= 0) {
-      free_send_.push_back(req->send_slot);
-      req->send_slot = -1;
-    }
-    if (--req->pieces <= 0 || !ok) {
-      if (ok && req->state() == Request::State::Pending) req->complete();
-      if (ok && req->eager) wake_if_asleep(peer);  // it has landed: now look at the epoch
-      if (!ok && req->state() == Request::State::Pending) {
-        req->fail(p.failure.value_or("send to rank " + std::to_string(peer) + " failed"));
-      }
-      inflight_.erase(it);
-    }
+  if (it == inflight_.end()) return;
+  auto* req = static_cast<VerbsRequest*>(it->second.get());
+  if (req->send_slot >= 0) {
+    free_send_.push_back(req->send_slot);
+    req->send_slot = -1;
   }
+  if (--req->pieces > 0 && ok) return;
+  // Out of inflight_ first: what follows may post (and so insert into it).
+  const std::shared_ptr<VerbsRequest> done = std::move(it->second);
+  inflight_.erase(it);
+  if (ok && done->state() == Request::State::Pending) done->complete();
+  if (!ok && done->state() == Request::State::Pending) {
+    done->fail(p.failure.value_or("send to rank " + std::to_string(peer) + " failed"));
+  }
+  if (ok && done->eager) wake_if_asleep(peer);  // it has landed: now look at the epoch
+  if (ok && done->word) word_landed(peer, *done->word);
 }
 
 }  // namespace rdmacoll::transport::verbs_impl

@@ -27,6 +27,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -56,11 +57,13 @@ using verbs_device::open_device;
 using verbs_device::OpenDevice;
 using verbs_device::sysfs_traffic_class;
 
+using verbs_plan::CountWord;
 using verbs_plan::kCtrlBytes;
 using verbs_plan::kSendBuffers;
 using verbs_plan::kSendDepth;
 using verbs_plan::kSendsInFlight;
 using verbs_plan::ReceiveCredits;
+using verbs_plan::WordWriter;
 constexpr size_t kMaxWrite = size_t{1} << 30;
 static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
@@ -95,6 +98,16 @@ constexpr int kRnrRetry = 6;
 // fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
 constexpr int kMaxLanes = 16;
+// Writes the transport makes for itself (credits, sleep epochs, rings, keepalives) never wait
+// behind the work that waits for them: they have a queue of their own per QP, drained first,
+// and room kept for them in each send queue and in the cap on sends in flight, which other work
+// does not take. Both sides of a pair may each have a message waiting for the other's credit
+// while owing the other credits: queued behind those messages, the credits would never leave.
+constexpr int kUrgentPerQp = 8;
+constexpr int kUrgentInFlight = 64;
+// The words a peer writes into our block, and we into its (eager_ring.hpp's lines).
+enum class Word : uint8_t { EagerCredit, SleepEpoch, ReceiveCredit };
+constexpr int kWords = 3;
 
 // wr_id: kind (2 bits) | lane (6) | peer (24) | the lane's work-request number, or receive slot
 // (32). Every work request has a number of its own, so a completion names exactly one; the
@@ -113,6 +126,12 @@ class VerbsRequest final : public Request {
   bool eager = false;  // a control message written into the peer's eager slots
   void* recv_buffer = nullptr;
   size_t recv_capacity = 0;
+  std::optional<Word> word;  // a write of one of our block's words (WordWriter)
+  // The registration a write reads from, held until its work requests retire: a failed call
+  // drops its buffers' registrations while its writes may still be posted, and a region
+  // deregistered under a posted write fails it with a protection error, which would fail the
+  // healthy peer it was going to.
+  std::shared_ptr<const MrCache::Region> source;
 };
 
 // The control buffers' registration.
@@ -270,7 +289,10 @@ class VerbsTransport final : public Transport {
     uint32_t next_number = 0;  // for the next posted work request
     // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
     std::deque<std::function<bool(Staged&)>> backlog;
+    // The transport's own writes waiting for room (kUrgentPerQp): staged before the backlog.
+    std::deque<std::function<bool(Staged&)>> urgent;
     size_t in_queue() const { return posted.size() + staged.size(); }
+    bool waiting() const { return !backlog.empty() || !urgent.empty(); }
   };
   // A pair's QPs are made when either side first uses the other (a send, a write, a receive
   // or an expected write: every transfer has two ends in the same call, so the other side
@@ -294,7 +316,9 @@ class VerbsTransport final : public Transport {
       uint64_t taken = 0;     // messages taken from our ring
       uint64_t credited = 0;  // `taken` as last written back to the peer
       uint64_t rung = 0;      // the peer's sleep epoch we last rang it for
-      uint64_t credit = 0;    // the highest credit the peer's messages carried
+      CountWord epoch;        // the peer's sleep epoch, as it writes it into our block
+      CountWord credit;       // its credit for our messages: written, or carried by its messages
+      std::array<WordWriter, kWords> writers;  // our words' writes into the peer's block
       uint64_t their_ring = 0;
       uint32_t their_rkey = 0;
       int their_slots = 0;        // used only when both sides have slots
@@ -304,7 +328,7 @@ class VerbsTransport final : public Transport {
     ReceiveCredits credits;  // receives of the shared queue, both ways (receive_credits.hpp)
     bool idle() const {
       return std::all_of(lanes.begin(), lanes.end(),
-                         [](const Lane& l) { return l.in_queue() == 0 && l.backlog.empty(); });
+                         [](const Lane& l) { return l.in_queue() == 0 && !l.waiting(); });
     }
   };
   // An expected write's request and the lanes' immediates still to come.
@@ -382,11 +406,13 @@ class VerbsTransport final : public Transport {
   uint64_t track(const std::shared_ptr<VerbsRequest>& req);
 
   // Stages `build` now if the peer is connected and its send queue has room, else when the
-  // connection comes up or completions make room; the next flush posts it.
-  void submit(int peer, int lane, std::function<bool(Staged&)> build);
+  // connection comes up or completions make room; the next flush posts it. `urgent`: one of
+  // the transport's own writes, which may use the room kept for them (kUrgentPerQp).
+  void submit(int peer, int lane, std::function<bool(Staged&)> build, bool urgent = false);
 
-  // Room: the lane's send queue and the cap on sends in flight over all QPs (the CQ's size).
-  bool stage(int peer, int lane, std::function<bool(Staged&)>& build);
+  // Room: the lane's send queue and the cap on sends in flight over all QPs (the CQ's size),
+  // less what is kept for urgent writes unless this is one.
+  bool stage(int peer, int lane, std::function<bool(Staged&)>& build, bool urgent = false);
 
   // Posts what is staged for `peer` as one chain: one doorbell; the last work request, and
   // every kSignalEvery-th, asks for a completion.
@@ -422,13 +448,13 @@ class VerbsTransport final : public Transport {
 
   // Whether the next control message to `p` can go into its eager slots: both sides have a
   // ring and the peer has given back the credit for the slot we would write.
-  static bool eager_slot_free(const Peer& p);
+  static bool eager_slot_free(Peer& p);
 
   // Takes the messages that have landed whole in our ring for `peer`, in order; true if any.
   bool poll_eager(int peer);
 
   // Tells `peer` how many of its messages we have taken: a plain 8-byte write into its credit
-  // line. A later one carries a larger count, so two in flight are harmless.
+  // line (one in flight at a time, WordWriter).
   void return_credit(int peer);
 
   // Before a sleep: a new epoch into every ring peer's block (eager_ring.hpp).
@@ -438,23 +464,33 @@ class VerbsTransport final : public Transport {
   // for (a zero-byte write whose immediate completes at the peer and wakes it).
   void wake_if_asleep(int peer);
 
-  // Writes `value` into the peer's block at `their_offset`, from our block's line at
-  // `our_offset` (registered with the ring); a request nobody waits for.
-  void write_word(int peer, size_t our_offset, uint64_t value, size_t their_offset);
+  // Sets our block's `word` line for `peer` to `value` and writes it into the peer's block:
+  // now, or when the write of it in flight has landed (WordWriter).
+  void write_word(int peer, Word word, uint64_t value);
+  // Posts the write of `word`'s line as it is when the NIC reads it.
+  void post_word(int peer, Word word);
+  // A write of `word` has landed: the next one if the word changed meanwhile, and a ring if
+  // the peer sleeps (a credit it may wait for is there now: the handshake of eager_ring.hpp).
+  void word_landed(int peer, Word word);
 
-  // A one-piece write on the control QP that no caller waits for (keepalives, rings, credits, sleep
-  // epochs): `fill` sets the opcode and what it writes; its completion only retires it.
+  // A one-piece write on the control QP that no caller waits for (keepalives, rings, credits,
+  // sleep epochs), an urgent one: `fill` sets the opcode and what it writes; its completion only
+  // retires it (and a word's completion calls word_landed).
   template <typename Fill>
-  void post_unawaited_write(int peer, Fill fill) {
+  void post_unawaited_write(int peer, Fill fill, std::optional<Word> word = std::nullopt) {
     auto req = std::make_shared<VerbsRequest>(peer);
+    req->word = word;
     const uint64_t id = track(req);
     ++req->pieces;
-    submit(peer, control_lane(), [peer, id, fill](Staged& st) {
-      st.wr.wr_id = make_wr_id(kWriteWr, peer, 0);
-      st.request = id;
-      fill(st);
-      return true;
-    });
+    submit(
+        peer, control_lane(),
+        [peer, id, fill](Staged& st) {
+          st.wr.wr_id = make_wr_id(kWriteWr, peer, 0);
+          st.request = id;
+          fill(st);
+          return true;
+        },
+        true);
   }
 
   // A completion for work request `number` on `peer`'s lane: RC completes in order, so it also
@@ -473,6 +509,14 @@ class VerbsTransport final : public Transport {
   void fail_all_of(int peer);
 
   bool drain_async();
+
+  // Our port went down (IBV_EVENT_PORT_ERR) or came back: a warning, not a failure, unless it
+  // stays down past the QPs' retry budget (check_port, with the async events).
+  void on_port_down();
+  void on_port_active();
+  void check_port(Clock::time_point now);
+  std::chrono::milliseconds port_budget() const;
+  std::optional<Clock::time_point> port_down_since_;
 
   verbs_handles::Context ctx_;
   VerbsDeviceChoice choice_;
@@ -534,7 +578,6 @@ class VerbsTransport final : public Transport {
   int qps_per_peer() const { return lanes_ + 1; }
   int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
   uint64_t credit_every_ = 1;                    // messages taken per credit write
-  bool hold_credits_ = false;                    // a test's: credits never go back
   std::vector<int> eager_peers_;                 // peers whose messages come by eager slots
   uint64_t sleep_epoch_ = 0;                     // our last sleep epoch announced to the ring peers
   bool sleep_announced_ = false;                 // and no peer has rung for it since

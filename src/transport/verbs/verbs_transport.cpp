@@ -18,10 +18,8 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
   piece_bytes_ = write_piece_bytes();
   lanes_ = lanes_per_peer();
   eager_slots_ = eager_slots_per_peer();
-  // A credit write goes back after half a ring taken without a message to carry it. The
-  // fallback test's hook (RDMACOLL_TEST_EAGER_HOLD_CREDITS=1) gives no credit at all.
+  // A credit write goes back after half a ring taken without a message to carry it.
   credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
-  hold_credits_ = settings::choice("RDMACOLL_TEST_EAGER_HOLD_CREDITS") == "1";
   read_fabric_settings();
   pd_ = ibv_alloc_pd(ctx_);
   channel_ = ibv_create_comp_channel(ctx_);
@@ -60,7 +58,7 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
     no_events = std::string("ucm_set_event_handler: ") + ucs_status_string(st);
   } else {
     hooked_ = true;
-    if (!probe_unmap_event()) no_events = "a probe munmap raised no event";
+    if (!probe_unmap_event()) no_events = "a probe munmap or free() raised no event";
   }
   if (!no_events.empty()) {
     cache_->disable();
@@ -133,12 +131,17 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
   // inflight_ holds the request until its completion, and a failed peer's backlog is dropped,
   // so the raw pointer outlives every call of the builder (no lookup per message).
   VerbsRequest* const r = req.get();
-  // Into the peer's eager slots while it has one free, else a SEND (decided when the work
-  // request is built: the peer's slots are known once the pair has connected).
+  // Into the peer's eager slots where both sides have a ring, else as a SEND: one path per peer
+  // (decided when the work request is built, once the pair has connected), so messages arrive
+  // in the order they were sent, which point-to-point matching relies on. A message waits for
+  // a free slot, or for a receive credit (a SEND takes one of the peer's receives).
   submit(peer, control_lane(), [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
     Peer& p = peers_[peer];
-    const bool eager = eager_slot_free(p);
-    // A SEND takes one of the peer's receives: not without a credit for it.
+    const bool eager = p.eager.their_slots > 0;
+    if (eager && !eager_slot_free(p)) {
+      ++counters_.eager_slot_waits;
+      return false;
+    }
     if (!eager && !take_receive_credit(peer)) return false;
     Bytes framed;
     if (eager) {
@@ -147,7 +150,7 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       framed.resize(eager_ring::framed_bytes(msg.size() - 8));
       // It carries our credit to the peer: no separate credit write while we both send.
       eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8,
-                       hold_credits_ ? 0 : static_cast<uint32_t>(p.eager.taken));
+                       static_cast<uint32_t>(p.eager.taken));
     }
     Bytes& bytes = eager ? framed : msg;
     if (bytes.size() <= inline_max_) {
@@ -184,7 +187,6 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       ++counters_.eager_writes;
     } else {
       st.wr.opcode = IBV_WR_SEND;
-      if (p.eager.their_slots > 0) ++counters_.eager_fallbacks;
     }
     return true;
   });
@@ -216,6 +218,7 @@ RequestPtr VerbsTransport::write(const MemoryRegion& src, size_t src_offset,
   count_write(peer, length);
   const auto& local = static_cast<const VerbsMemoryRegion&>(src);
   const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
+  req->source = local.registration;
   const uint64_t id = track(req);
   const uint32_t imm = verbs_imm::immediate(signal);
   // Pieces of at most RDMACOLL_IB_CHUNK, dealt to the lanes in turn; on each lane only the
@@ -310,6 +313,7 @@ bool VerbsTransport::progress() {
     async_due_ = false;
     next_async_check_ = now + kAsyncEventInterval;
     any = drain_async() || any;
+    check_port(now);
   }
   ibv_wc wc[32];
   for (;;) {
@@ -418,11 +422,23 @@ TransportError VerbsTransport::registration_error(size_t length, int err) {
 }
 
 bool VerbsTransport::probe_unmap_event() {
+  // A direct munmap, and glibc's own unmap inside free(): a tensor freed by torch's CPU
+  // allocator goes that way, and a new one at the same address must not find the old
+  // registration. In ucm's "reloc" mode only the first is seen (the PLT of our library, not
+  // glibc's internal calls); then the cache is off. 64 MiB is past glibc's largest dynamic
+  // mmap threshold (32 MiB), so the chunk is mmapped whatever was freed before; it is never
+  // touched, so it costs no memory.
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
-  const uint64_t before = cache_->stats().unmaps_seen;
+  uint64_t before = cache_->stats().unmaps_seen;
   ::munmap(p, page);
+  if (cache_->stats().unmaps_seen == before) return false;
+  void* chunk = std::malloc(size_t{64} << 20);
+  if (!chunk) return false;
+  asm volatile("" : : "r"(chunk) : "memory");  // the compiler may not elide the pair
+  before = cache_->stats().unmaps_seen;
+  std::free(chunk);
   return cache_->stats().unmaps_seen > before;
 }
 
