@@ -6,6 +6,7 @@
 // verbs_p2p_test.cpp, flow control and failures in verbs_failure_test.cpp.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -356,6 +358,50 @@ TEST_P(VerbsMemoryEvents, HundredCallsOnFreshlyMappedBuffers) {
 
 INSTANTIATE_TEST_SUITE_P(Verbs, VerbsMemoryEvents, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Events" : "NoEvents"; });
+
+// A 4 MiB output freed and malloc'ed again at the same address (glibc's mmap threshold held at
+// 128 KiB, as for a large tensor that torch's CPU allocator frees): glibc unmaps it inside
+// free(), and the registration cache must see that unmap, or the peer's writes for the new
+// output go through the old registration into pages that are gone and the sentinels stay. With
+// ucm's "reloc" hooks, which see a munmap called through our library's PLT but not glibc's own
+// inside free(), the transport's probe must find that out and turn the cache off.
+class VerbsFreedOutput : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VerbsFreedOutput, AReallocatedOutputAtTheSameAddressIsWrittenRight) {
+  RunOptions opt;
+  // ucm's own malloc (UCX_MEM_MALLOC_HOOKS) raises events from free() whatever the mode: off.
+  opt.env = {{"UCX_MEM_MMAP_HOOK_MODE", GetParam()}, {"UCX_MEM_MALLOC_HOOKS", "no"}};
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int world) {
+        require_verbs();
+        ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // fixed: no dynamic threshold
+        const int64_t n = (int64_t{4} << 20) / 4 / world;
+        const size_t bytes = static_cast<size_t>(world * n) * 4;
+        std::set<void*> seen;
+        int reused = 0;
+        for (int iter = 0; iter < 6; ++iter) {
+          void* p = std::malloc(bytes);
+          RANK_CHECK(p != nullptr, "malloc");
+          reused += seen.count(p) ? 1 : 0;
+          seen.insert(p);
+          Tensor out = Tensor::view(p, DType::Float32, {world * n});
+          for (int64_t i = 0; i < out.numel(); ++i)
+            out.set(i, -1);
+          Tensor in = zeros({n}, DType::Float32);
+          testing::fill_input(in, rank, iter);
+          all_gather_into_tensor(out, in);
+          testing::check_gathered(out, world, iter, DType::Float32);
+          std::free(p);
+        }
+        // Else nothing here tested an address that came back.
+        RANK_CHECK(reused > 0, "malloc never returned a freed output's address again");
+      },
+      opt));
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, VerbsFreedOutput, ::testing::Values("bistro", "reloc"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // Another thread allocating and freeing mmap-sized blocks fires UCX's unmap hook inside
 // glibc's free (arena lock held) while this thread registers buffers: the hook only records
