@@ -1,5 +1,5 @@
 // Over SoftRoCE (tests/softroce/run-suite.sh): the verbs write ring (eager slots) that carries
-// small calls' descriptors, its credits, wake-ups and the fall back to SENDs; ring calls.
+// small calls' descriptors, its credits (a message waits for a free slot) and wake-ups; ring calls.
 
 #include <gtest/gtest.h>
 
