@@ -109,21 +109,30 @@ void VerbsTransport::mark_failed(int peer, std::string why) {
   if (peer < 0 || peer >= world_) return;
   Peer& p = peers_[peer];
   const bool first = !p.failure;
-  if (first) p.failure = std::move(why);
+  if (first) {
+    p.failure = std::move(why);
+    p.failed_at = Clock::now();
+  }
   if (first && peer != me_) {
+    // What was staged never reached the device: it is retired now. What was posted stays
+    // counted (its cap, its send buffer, the registration it reads) until the QP's flush
+    // completions retire it: until then the device may still read it, and each flush takes a
+    // CQ entry, which the cap on sends in flight is what bounds. Its requests fail now.
     std::vector<uint64_t> retired;
     for (Lane& l : p.lanes) {
       if (l.qp) {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_ERR;
         ibv_modify_qp(l.qp, &a, IBV_QP_STATE);
+      } else {
+        for (const Posted& x : l.posted)
+          retired.push_back(x.request);
+        sends_in_flight_ -= static_cast<int>(l.posted.size());
+        l.posted.clear();
       }
-      for (const Posted& x : l.posted)
-        retired.push_back(x.request);
       for (const Staged& st : l.staged)
         retired.push_back(st.request);
-      sends_in_flight_ -= static_cast<int>(l.posted.size() + l.staged.size());
-      l.posted.clear();
+      sends_in_flight_ -= static_cast<int>(l.staged.size());
       l.staged.clear();
     }
     for (uint64_t r : retired)
@@ -135,6 +144,21 @@ void VerbsTransport::mark_failed(int peer, std::string why) {
     }
   }
   fail_all_of(peer);
+}
+
+void VerbsTransport::retire_unflushed(Clock::time_point now) {
+  for (int r = 0; r < world_; ++r) {
+    Peer& p = peers_[r];
+    if (!p.failure || r == me_ || now - p.failed_at < kFlushGrace) continue;
+    for (int lane = 0; lane < static_cast<int>(p.lanes.size()); ++lane) {
+      Lane& l = p.lanes[lane];
+      if (l.posted.empty()) continue;
+      log::warn("verbs: " + std::to_string(l.posted.size()) + " work requests to failed rank " +
+                std::to_string(r) + " had no flush completion after " +
+                std::to_string(kFlushGrace.count()) + " s; retired without one");
+      complete_through(r, lane, l.posted.back().number, false);
+    }
+  }
 }
 
 void VerbsTransport::fail_all_of(int peer) {

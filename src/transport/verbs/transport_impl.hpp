@@ -307,6 +307,7 @@ class VerbsTransport final : public Transport {
     Link link = Link::Down;
     WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
     std::optional<std::string> failure;
+    Clock::time_point failed_at{};  // when `failure` was set (retire_unflushed's grace)
     // Eager slots (eager_ring.hpp): our ring, which the peer writes, and where we write in its
     // ring. Both sides use them only when both published a ring.
     struct Eager {
@@ -507,6 +508,12 @@ class VerbsTransport final : public Transport {
   void mark_failed(int peer, std::string why);
 
   void fail_all_of(int peer);
+
+  // A failed peer's posted work requests are retired by the flush completions its QPs in ERR
+  // produce (one per request, signalled or not); ones still unflushed this long after the
+  // failure are retired here, so a device that drops a flush cannot keep their caps for ever.
+  static constexpr std::chrono::seconds kFlushGrace{10};
+  void retire_unflushed(Clock::time_point now);
 
   bool drain_async();
 

@@ -333,6 +333,7 @@ bool VerbsTransport::progress() {
   if (now >= next_keepalive_) {
     next_keepalive_ = now + kKeepaliveInterval;
     keepalive();
+    retire_unflushed(now);
   }
   drain_backlogs();  // completions, connections and send buffers may have made room
   return flush_all() || any;
@@ -395,7 +396,11 @@ Transport::Footprint VerbsTransport::footprint() const {
 std::optional<std::string> VerbsTransport::peer_failure(int peer) {
   if (peer < 0 || peer >= world_) return std::nullopt;
   Peer& p = peers_[peer];
-  if (!p.failure) p.failure = liveness_.failure(peer);
+  if (!p.failure) {
+    // A process seen gone: its QPs go to ERR as for any failure, so what was posted to it
+    // is flushed now, not after the QPs' retries (tens of seconds).
+    if (auto gone = liveness_.failure(peer)) mark_failed(peer, std::move(*gone));
+  }
   return p.failure;
 }
 
