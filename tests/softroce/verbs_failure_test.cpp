@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -175,6 +176,68 @@ TEST(Verbs, PeerKilledMidWriteGivesItsCapsAndBuffersBack) {
   EXPECT_EQ(results[0].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << testing::describe(results);
   EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
+}
+
+// Group A = {0, 1, 2} times out because rank 2 is stopped (SIGSTOP), while group B = {0, 1}
+// keeps running over the same pair, during A's wait and after, every element checked. Then the
+// slow-peer case: group C = {0, 1} times out on rank 0 because rank 1 comes late, and rank 1
+// enters that call only after rank 0's has failed and dropped its output's registration: rank 1
+// finds rank 0's descriptor and may write into an output that is gone. Neither may break the
+// healthy pair for B: a failure of one group stays in that group (issue 45, N3).
+TEST(Verbs, AGroupTimingOutLeavesAnotherGroupOverTheSamePairRunning) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      3,
+      [](int rank, int) {
+        init_as_own_host(rank);
+        require_verbs();
+        Tensor pid = zeros({1}, DType::Int64);
+        pid.set(0, static_cast<double>(::getpid()));
+        Tensor pids = zeros({3}, DType::Int64);
+        all_gather_into_tensor(pids, pid);
+        Group a = new_group({0, 1, 2}, std::chrono::seconds(3));
+        Group b = new_group({0, 1});
+        Group c = new_group({0, 1}, std::chrono::seconds(2));
+        const int64_t n = (256 << 10) / 4;
+        if (rank == 2) {
+          ::raise(SIGSTOP);  // until rank 0 lets it go on
+          destroy_process_group();
+          return;
+        }
+        int iter = 0;
+        auto b_call = [&] {
+          gather_and_check(b, n, DType::Float32, DType::Float32, false, iter++);
+        };
+        for (int k = 0; k < 3; ++k)
+          b_call();
+        // Both enter A together; B runs while they wait for rank 2.
+        Tensor in = zeros({n}), out = zeros({3 * n});
+        Work w = all_gather_into_tensor(out, in, a, true);
+        for (int k = 0; k < 5; ++k)
+          b_call();
+        testing::expect_peer_failure_or_timeout([&] { w.wait(); });
+        for (int k = 0; k < 5; ++k)
+          b_call();
+        // C: rank 0's call fails before rank 1 enters it.
+        Tensor c_in = zeros({n}), c_out = zeros({2 * n});
+        if (rank == 0) {
+          testing::expect_peer_failure_or_timeout([&] { all_gather_into_tensor(c_out, c_in, c); });
+        }
+        b_call();  // rank 1 is here once rank 0's C call is over
+        if (rank == 1) {
+          try {
+            all_gather_into_tensor(c_out, c_in, c);
+          } catch (const Error& e) {
+            std::printf("rank 1: group C's late call: %s\n", e.what());
+          }
+        }
+        for (int k = 0; k < 10; ++k)
+          b_call();
+        if (rank == 0) ::kill(static_cast<pid_t>(pids.item(2)), SIGCONT);
+        destroy_process_group();
+      },
+      opt));
 }
 
 TEST(Verbs, KilledRankGivesPeerFailureOrTimeout) {

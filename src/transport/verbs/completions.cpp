@@ -40,6 +40,16 @@ void VerbsTransport::handle(const ibv_wc& wc) {
       return;
     }
     if (c.arrived - c.handed_back == 1) owing_.push_back(peer);
+    if (wc.status != IBV_WC_SUCCESS && lane < lanes_ && !peers_[peer].failure) {
+      // A data QP's receive flushed: that QP went to ERR under a refused write (see
+      // data_lane_recoverable); the pair's data QPs are reset, the peer stays.
+      if (!peers_[peer].data_paused) {
+        start_lane_reset(peer, std::string("receive completion error '") +
+                                   ibv_wc_status_str(wc.status) + "' on a data QP from rank " +
+                                   std::to_string(peer));
+      }
+      return;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
       mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
                             "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
@@ -49,6 +59,7 @@ void VerbsTransport::handle(const ibv_wc& wc) {
     handle_receive(wc, peer, lane, id);
     return;
   }
+  if (wc.status != IBV_WC_SUCCESS && data_lane_recoverable(peer, lane, id, wc.status)) return;
   if (wc.status != IBV_WC_SUCCESS) {
     const char* hint =
         wc.status == IBV_WC_RNR_RETRY_EXC_ERR
@@ -94,6 +105,10 @@ void VerbsTransport::handle_receive(const ibv_wc& wc, int peer, int lane, uint32
 }
 
 void VerbsTransport::dispatch_control(int peer, uint64_t tag, std::span<const uint8_t> payload) {
+  if (tag >> 62 == 1) {  // kind 1 is the transport's own (engine tags never use it)
+    on_transport_message(peer, tag, payload);
+    return;
+  }
   const auto key = std::make_pair(peer, tag);
   auto it = pending_recvs_.find(key);
   if (it != pending_recvs_.end()) {
@@ -233,10 +248,18 @@ bool VerbsTransport::drain_async() {
                           ev.event_type == IBV_EVENT_QP_ACCESS_ERR;
     for (int r = 0; r < world_ && qp_event; ++r) {
       const auto& lanes = peers_[r].lanes;
-      if (std::any_of(lanes.begin(), lanes.end(),
-                      [&](const Lane& l) { return l.qp == ev.element.qp; })) {
-        mark_failed(r, "async event '" + what + "' on " + choice_.device + " QP to rank " +
-                           std::to_string(r));
+      const auto it = std::find_if(lanes.begin(), lanes.end(),
+                                   [&](const Lane& l) { return l.qp == ev.element.qp; });
+      if (it == lanes.end()) continue;
+      const std::string why =
+          "async event '" + what + "' on " + choice_.device + " QP to rank " + std::to_string(r);
+      // A write the peer made with a key we no longer hold (its call outlived ours): the
+      // responder's QP went to ERR, the pair is healthy.
+      const bool data_lane = it - lanes.begin() < lanes_;
+      if (ev.event_type == IBV_EVENT_QP_ACCESS_ERR && data_lane) {
+        if (!peers_[r].data_paused && !peers_[r].failure) start_lane_reset(r, why);
+      } else {
+        mark_failed(r, why);
       }
     }
     // A port event concerns us only on our port (a dual-port HCA's other port may go down).

@@ -265,6 +265,7 @@ bool VerbsTransport::advance(int peer) {
       for (int l = 0; l < qps_per_peer(); ++l) {
         uint32_t qpn = 0;
         std::memcpy(&qpn, qpns.data() + 4 * l, 4);
+        p.lanes[l].their_qpn = qpn;
         bring_up(peer, l, p.info, qpn);
       }
       p.link = Link::Up;
@@ -281,7 +282,8 @@ bool VerbsTransport::advance(int peer) {
   }
 }
 
-void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn) {
+void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn,
+                              uint32_t psn) {
   ibv_qp* qp = peers_[r].lanes[lane].qp;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
@@ -294,7 +296,7 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = static_cast<ibv_mtu>(std::min<int>(info.mtu, port_attr_.active_mtu));
   a.dest_qp_num = their_qpn;
-  a.rq_psn = 0;
+  a.rq_psn = psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
   a.ah_attr.port_num = static_cast<uint8_t>(choice_.port);
@@ -323,7 +325,7 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
   // "receiver not ready" is broken, and the exhausted retry marks it failed (7 would retry
   // forever and stall everything behind it on the QP, keepalives included).
   a.rnr_retry = kRnrRetry;
-  a.sq_psn = 0;
+  a.sq_psn = psn;
   a.max_rd_atomic = 1;
   check_modify(qp, a,
                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |

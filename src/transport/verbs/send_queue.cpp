@@ -20,7 +20,9 @@ void VerbsTransport::submit(int peer, int lane, std::function<bool(Staged&)> bui
   }
   Lane& l = p.lanes[lane];
   auto& queue = urgent ? l.urgent : l.backlog;
-  if (p.link == Link::Ready && queue.empty() && stage(peer, lane, build, urgent)) return;
+  if (p.link == Link::Ready && !data_lane_paused(peer, lane) && queue.empty() &&
+      stage(peer, lane, build, urgent))
+    return;
   if (!l.waiting()) backlogged_.emplace_back(peer, lane);
   queue.push_back(std::move(build));
 }
@@ -120,7 +122,7 @@ void VerbsTransport::drain_backlogs() {
     const auto [peer, lane] = pl;
     Peer& p = peers_[peer];
     Lane& l = p.lanes[lane];
-    if (p.link == Link::Ready && !p.failure) {
+    if (p.link == Link::Ready && !p.failure && !data_lane_paused(peer, lane)) {
       while (!l.urgent.empty() && stage(peer, lane, l.urgent.front(), true))
         l.urgent.pop_front();
       while (!l.backlog.empty() && stage(peer, lane, l.backlog.front()))

@@ -287,6 +287,8 @@ class VerbsTransport final : public Transport {
     std::vector<Staged> staged;  // built since the last flush
     int since_signal = 0;
     uint32_t next_number = 0;  // for the next posted work request
+    uint32_t reset_below = 0;  // numbers below this were posted before the QP's last reset
+    uint32_t their_qpn = 0;    // the peer's QP this one is paired with
     // Work waiting for send-queue room or a send buffer: fills a Staged, false when it cannot.
     std::deque<std::function<bool(Staged&)>> backlog;
     // The transport's own writes waiting for room (kUrgentPerQp): staged before the backlog.
@@ -308,6 +310,11 @@ class VerbsTransport final : public Transport {
     WireInfo info{};  // from the address published at init (its piece size: how it cuts writes)
     std::optional<std::string> failure;
     Clock::time_point failed_at{};  // when `failure` was set (retire_unflushed's grace)
+    // Data QPs reset (lane_reset.cpp): their generation, whether work for them waits for the
+    // peer's side of a reset, and how many resets the pair has had.
+    uint32_t lane_generation = 0;
+    bool data_paused = false;
+    int resets = 0;
     // Eager slots (eager_ring.hpp): our ring, which the peer writes, and where we write in its
     // ring. Both sides use them only when both published a ring.
     struct Eager {
@@ -400,7 +407,8 @@ class VerbsTransport final : public Transport {
   // One look at the store for `peer`'s half of the connection; true once it is ready or failed.
   bool advance(int peer);
 
-  void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn);
+  // From RESET to RTS, paired with the peer's QP `their_qpn`, both sides starting at `psn`.
+  void bring_up(int r, int lane, const WireInfo& info, uint32_t their_qpn, uint32_t psn = 0);
 
   void check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state);
 
@@ -508,6 +516,22 @@ class VerbsTransport final : public Transport {
   void mark_failed(int peer, std::string why);
 
   void fail_all_of(int peer);
+
+  // A data QP's error that leaves the pair healthy (lane_reset.cpp): a write refused because
+  // the receiver's region is gone (its call failed and dropped the registration) moves both
+  // sides' QPs to ERR. Instead of failing the peer for every group, the pair's data QPs are
+  // reset in place (same QP numbers, a new starting PSN per generation), agreed over the
+  // control QP, which the error did not touch; only the work posted on them fails.
+  static constexpr uint64_t kLaneResetTag = (uint64_t{1} << 62) | 1;
+  static constexpr uint64_t kLaneResetDoneTag = (uint64_t{1} << 62) | 2;
+  static constexpr int kMaxLaneResets = 16;
+  bool data_lane_recoverable(int peer, int lane, uint32_t number, ibv_wc_status status);
+  void start_lane_reset(int peer, const std::string& why);
+  void reset_data_lanes(int peer, uint32_t generation, const std::string& why);
+  void on_transport_message(int peer, uint64_t tag, std::span<const uint8_t> payload);
+  bool data_lane_paused(int peer, int lane) const {
+    return lane < lanes_ && peers_[peer].data_paused;
+  }
 
   // A failed peer's posted work requests are retired by the flush completions its QPs in ERR
   // produce (one per request, signalled or not); ones still unflushed this long after the
