@@ -33,7 +33,7 @@ initrd=$kdir/initramfs.cpio.gz
 if [ ! -f "$initrd" ] || [ "$here/guest-init.sh" -nt "$initrd" ] || [ "$0" -nt "$initrd" ]; then
   # Wanted modules; their dependencies (from .modinfo) are added before them.
   want="virtio_pci virtio_net virtio-rng 9pnet_virtio 9p overlay crc32_generic crc32-pclmul
-        rdma_rxe ib_uverbs ib_umad rdma_ucm"
+        rdma_rxe ib_uverbs ib_umad rdma_ucm dummy"
   declare -A path_of=() seen=()
   while IFS= read -r p; do
     b=${p##*/}; b=${b%.ko*}; path_of[${b//-/_}]=$p

@@ -51,5 +51,16 @@ if [ -f python/rdmacoll_torch/__init__.py ]; then
     fi
   done
 fi
+# Last: a second RDMA device makes unbound ranks spread over two NICs, which the parts above
+# must not see.
+echo "== two rails in two subnets without a route: the pair is refused at connect"
+if ip link add rail1 type dummy && ip link set rail1 up && ip addr add 10.78.0.1/24 dev rail1 &&
+  rdma link add rxe1 type rxe netdev rail1; then
+  RDMACOLL_TEST_SECOND_RAIL=rxe1 ./tests/verbs_tests --gtest_color=no \
+    --gtest_filter='Verbs.APairOnRailsThatCannotReachEachOther*' || failed=$((failed + 1))
+else
+  echo "FAILED: cannot add a second rxe device"
+  failed=$((failed + 1))
+fi
 echo "== suite-in-vm: $failed part(s) failed"
 exit $failed

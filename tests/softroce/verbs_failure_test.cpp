@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -235,6 +236,44 @@ TEST(Verbs, AGroupTimingOutLeavesAnotherGroupOverTheSamePairRunning) {
         for (int k = 0; k < 10; ++k)
           b_call();
         if (rank == 0) ::kill(static_cast<pid_t>(pids.item(2)), SIGCONT);
+        destroy_process_group();
+      },
+      opt));
+}
+
+// Two rails in two subnets with no route between them (suite-in-vm.sh adds rxe1 on a second
+// netdev, 10.78.0.1/24, beside rxe0 on 10.77.0.1/24, and names it in
+// RDMACOLL_TEST_SECOND_RAIL): rank 0 on rxe0 and rank 1 on rxe1 cannot reach each other. The
+// pair is refused when it first connects, on both ranks, with an error naming both NICs and
+// their addresses, not after its QPs exhaust their retries (about 34 s).
+TEST(Verbs, APairOnRailsThatCannotReachEachOtherIsRefusedAtConnectNamingBothNics) {
+  const char* second = std::getenv("RDMACOLL_TEST_SECOND_RAIL");
+  if (!second) GTEST_SKIP() << "no second rail (suite-in-vm.sh adds one at its end)";
+  const std::string rail1 = second;
+  RunOptions opt;
+  opt.init = false;
+  opt.kill_on_failure = false;
+  expect_all_ok(run_ranks(
+      2,
+      [&rail1](int rank, int) {
+        ::setenv("RDMACOLL_IB_DEVICE", rank == 0 ? "rxe0" : rail1.c_str(), 1);
+        init_as_own_host(rank);
+        require_verbs();
+        const auto t0 = std::chrono::steady_clock::now();
+        Tensor in = zeros({4}), out = zeros({8});
+        try {
+          all_gather_into_tensor(out, in);
+          RANK_CHECK(false, "a pair on two unrouted rails was connected");
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          RANK_CHECK(what.find("rank 1's " + rail1 +
+                               ":1 (10.78.0.1) is not reachable from "
+                               "rank 0's rxe0:1 (10.77.0.1)") != std::string::npos,
+                     "the error does not name both NICs: " << what);
+        }
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        RANK_CHECK(s < 15, "refused only after " << s << " s");
         destroy_process_group();
       },
       opt));

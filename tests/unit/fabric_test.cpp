@@ -92,11 +92,46 @@ TEST(FabricFromTables, GrhWhenRoCERequiredNoLidOrAnotherSubnet) {
   EXPECT_TRUE(needs_grh(false, false, 7, a, other));
 }
 
-TEST(FabricFromTables, MixedLinkLayersAreRefusedWithAClearError) {
-  EXPECT_EQ(incompatibility(IBV_LINK_LAYER_ETHERNET, IBV_LINK_LAYER_ETHERNET, "rank 1"), "");
-  const std::string e =
-      incompatibility(IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET, "rank 1");
-  EXPECT_NE(e.find("rank 1's port is Ethernet (RoCE) but ours is InfiniBand"), std::string::npos);
+// A pair is checked at connect from what each published: link layer, GID type, partition
+// and (InfiniBand) subnet; every refusal names both NICs. Before, all but the link layer showed
+// up only as the QPs' exhausted retries, about 34 s later.
+TEST(FabricFromTables, PairsThatCannotTalkAreRefusedNamingBothNics) {
+  PortIdentity roce{"rxe0:1", IBV_LINK_LAYER_ETHERNET, GidType::RoCEv2, 0xffff, {}};
+  PortIdentity peer = roce;
+  peer.nic = "mlx5_3:1";
+  EXPECT_EQ(incompatibility(roce, peer, "rank 1"), "");
+  PortIdentity ib{"mlx5_0:1", IBV_LINK_LAYER_INFINIBAND, GidType::IB, 0xffff, {}};
+  std::string e = incompatibility(ib, peer, "rank 1");
+  EXPECT_NE(e.find("rank 1's mlx5_3:1 and this rank's mlx5_0:1 cannot be connected"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("its port is Ethernet (RoCE) but ours is InfiniBand"), std::string::npos) << e;
+  peer.gid_type = GidType::RoCEv1;
+  e = incompatibility(roce, peer, "rank 1");
+  EXPECT_NE(e.find("its GID is RoCE v1 and ours RoCE v2"), std::string::npos) << e;
+  peer.gid_type = GidType::RoCEv2;
+  peer.pkey = 0x8001;
+  e = incompatibility(roce, peer, "rank 1");
+  EXPECT_NE(e.find("its P_Key is 0x8001 and ours 0xffff (different partitions)"), std::string::npos)
+      << e;
+  PortIdentity limited = roce;
+  limited.pkey = 0x7fff;
+  peer.pkey = 0x7fff;
+  e = incompatibility(limited, peer, "rank 1");
+  EXPECT_NE(e.find("two limited members"), std::string::npos) << e;
+  peer.pkey = 0xffff;
+  EXPECT_EQ(incompatibility(limited, peer, "rank 1"), "");  // a full member talks to a limited one
+  PortIdentity ib_peer = ib;
+  ib_peer.nic = "mlx5_1:1";
+  ib.gid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  ib_peer.gid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9};
+  EXPECT_EQ(incompatibility(ib, ib_peer, "rank 2"), "");
+  ib_peer.gid[7] = 1;
+  e = incompatibility(ib, ib_peer, "rank 2");
+  EXPECT_NE(e.find("different InfiniBand subnets (GID prefixes fe80:0000:0000:0001 and "
+                   "fe80:0000:0000:0000)"),
+            std::string::npos)
+      << e;
 }
 
 TEST(FabricFromTables, GidTextShowsIPv4Dotted) {

@@ -53,6 +53,10 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   info.link_layer = port_attr_.link_layer;
   info.lanes = static_cast<uint8_t>(lanes_);
   info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
+  info.gid_type = static_cast<uint8_t>(fabric_.gid_type);
+  info.pkey = fabric_.pkey;
+  const std::string device = choice_.device + ":" + std::to_string(choice_.port);
+  std::snprintf(info.device, sizeof info.device, "%s", device.c_str());
   std::memcpy(wire.data(), &info, sizeof info);
   return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
 }
@@ -81,8 +85,8 @@ void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
       throw TransportError("verbs: rank " + std::to_string(r) + " cuts writes into pieces of " +
                            std::to_string(info.piece_bytes) + " bytes (RDMACOLL_IB_CHUNK)");
     }
-    const std::string clash = fabric::incompatibility(port_attr_.link_layer, info.link_layer,
-                                                      "rank " + std::to_string(r));
+    const std::string clash =
+        fabric::incompatibility(identity(), identity_of(info), "rank " + std::to_string(r));
     if (!clash.empty()) throw TransportError("verbs: " + clash);
     peers_[r].info = info;
   }
@@ -146,11 +150,18 @@ void VerbsTransport::read_fabric_settings() {
                            std::to_string(table.size()) + " entries");
     }
   }
-  fabric_ = f;
+  __be16 pkey = 0;
+  if (ibv_query_pkey(ctx_, choice_.port, f.pkey_index, &pkey) == 0) f.pkey = ntohs(pkey);
   std::array<uint8_t, 16> g{};
   std::memcpy(g.data(), gid_.raw, 16);
   ibv_gid_entry entry{};
   const bool typed = ibv_query_gid_ex(ctx_, choice_.port, choice_.gid_index, &entry, 0) == 0;
+  if (typed) {
+    f.gid_type = entry.gid_type == IBV_GID_TYPE_ROCE_V2   ? fabric::GidType::RoCEv2
+                 : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? fabric::GidType::RoCEv1
+                                                          : fabric::GidType::IB;
+  }
+  fabric_ = f;
   const char* type = !typed                                   ? "?"
                      : entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
                      : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
@@ -169,6 +180,26 @@ void VerbsTransport::read_fabric_settings() {
             " per peer, and one for control" + (f.grh_required ? ", GRH required" : ""));
 }
 
+fabric::PortIdentity VerbsTransport::identity() const {
+  fabric::PortIdentity id;
+  id.nic = choice_.device + ":" + std::to_string(choice_.port);
+  id.link_layer = port_attr_.link_layer;
+  id.gid_type = fabric_.gid_type;
+  id.pkey = fabric_.pkey;
+  std::memcpy(id.gid.data(), gid_.raw, 16);
+  return id;
+}
+
+fabric::PortIdentity VerbsTransport::identity_of(const WireInfo& info) {
+  fabric::PortIdentity id;
+  id.nic = std::string(info.device, strnlen(info.device, sizeof info.device));
+  id.link_layer = info.link_layer;
+  id.gid_type = static_cast<fabric::GidType>(std::min<uint8_t>(info.gid_type, 2));
+  id.pkey = info.pkey;
+  std::memcpy(id.gid.data(), info.gid, 16);
+  return id;
+}
+
 std::string VerbsTransport::store_key(const char* what, int from, int to) const {
   return std::string("rdmacoll/verbs/") + what + "/" + std::to_string(from) + "/" +
          std::to_string(to);
@@ -177,6 +208,14 @@ std::string VerbsTransport::store_key(const char* what, int from, int to) const 
 void VerbsTransport::touch(int peer) {
   Peer& p = peers_[peer];
   if (p.link != Link::Down || p.failure) return;
+  if (auto why = peer == me_ ? std::nullopt : unreachable(peer)) {
+    // The peer may find the route fine (each side resolves from its own port): it learns of
+    // the refusal where it waits for our QP numbers, so the pair fails on both sides.
+    const std::string refusal = std::string(kRefusal) + *why;
+    connector_->post(store_key("qp", me_, peer), Bytes(refusal.begin(), refusal.end()));
+    mark_failed(peer, "verbs: " + *why);
+    return;
+  }
   try {
     p.lanes.resize(static_cast<size_t>(qps_per_peer()));
     Bytes qpns(4 * static_cast<size_t>(qps_per_peer()) + kEagerWire);
@@ -231,6 +270,13 @@ bool VerbsTransport::advance(int peer) {
       const std::optional<Bytes> got = connector_->take(store_key("qp", peer, me_));
       if (!got) return false;
       const Bytes& qpns = *got;
+      if (qpns.size() > kRefusal.size() &&
+          std::equal(kRefusal.begin(), kRefusal.end(), qpns.begin())) {
+        mark_failed(peer,
+                    "verbs: rank " + std::to_string(peer) + " refused the pair: " +
+                        std::string(qpns.begin() + static_cast<long>(kRefusal.size()), qpns.end()));
+        return true;
+      }
       const size_t want = 4 * static_cast<size_t>(qps_per_peer()) + kEagerWire;
       uint32_t their_slots = 0;
       uint32_t their_grant = 0;

@@ -4,6 +4,7 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -135,15 +136,51 @@ bool needs_grh(bool roce, bool port_requires_grh, uint16_t peer_lid,
   return !std::equal(my_gid.begin(), my_gid.begin() + 8, peer_gid.begin());  // subnet prefix
 }
 
-std::string incompatibility(int my_link_layer, int peer_link_layer, const std::string& peer) {
-  if (my_link_layer == peer_link_layer) return "";
-  auto name = [](int ll) {
+std::string incompatibility(const PortIdentity& mine, const PortIdentity& peer,
+                            const std::string& peer_name) {
+  auto layer = [](int ll) {
     return ll == IBV_LINK_LAYER_ETHERNET ? std::string("Ethernet (RoCE)")
                                          : std::string("InfiniBand");
   };
-  return peer + "'s port is " + name(peer_link_layer) + " but ours is " + name(my_link_layer) +
-         ": they cannot be connected (pick ports of one fabric with RDMACOLL_IB_DEVICE and "
-         "RDMACOLL_IB_PORT)";
+  auto type = [](GidType t) {
+    return t == GidType::RoCEv2 ? "RoCE v2" : t == GidType::RoCEv1 ? "RoCE v1" : "IB";
+  };
+  auto hex = [](uint16_t v) {
+    char b[8];
+    std::snprintf(b, sizeof b, "0x%04x", v);
+    return std::string(b);
+  };
+  const std::string both =
+      peer_name + "'s " + peer.nic + " and this rank's " + mine.nic + " cannot be connected: ";
+  if (mine.link_layer != peer.link_layer) {
+    return both + "its port is " + layer(peer.link_layer) + " but ours is " +
+           layer(mine.link_layer) +
+           " (pick ports of one fabric with RDMACOLL_IB_DEVICE and RDMACOLL_IB_PORT)";
+  }
+  if (mine.link_layer == IBV_LINK_LAYER_ETHERNET && mine.gid_type != peer.gid_type) {
+    return both + "its GID is " + type(peer.gid_type) + " and ours " + type(mine.gid_type) +
+           " (choose the same type on every host: RDMACOLL_GID_INDEX, or RoCE v2 everywhere)";
+  }
+  const bool full_mine = (mine.pkey & 0x8000) != 0, full_peer = (peer.pkey & 0x8000) != 0;
+  if ((mine.pkey & 0x7fff) != (peer.pkey & 0x7fff) || (!full_mine && !full_peer)) {
+    return both + "its P_Key is " + hex(peer.pkey) + " and ours " + hex(mine.pkey) +
+           ((mine.pkey & 0x7fff) == (peer.pkey & 0x7fff)
+                ? " (two limited members of a partition cannot talk)"
+                : " (different partitions)") +
+           "; set RDMACOLL_IB_PKEY to one partition both are full members of";
+  }
+  if (mine.link_layer != IBV_LINK_LAYER_ETHERNET &&
+      !std::equal(mine.gid.begin(), mine.gid.begin() + 8, peer.gid.begin())) {
+    auto prefix = [](const std::array<uint8_t, 16>& g) {
+      char b[24];
+      std::snprintf(b, sizeof b, "%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0], g[1], g[2], g[3],
+                    g[4], g[5], g[6], g[7]);
+      return std::string(b);
+    };
+    return both + "they are in different InfiniBand subnets (GID prefixes " + prefix(peer.gid) +
+           " and " + prefix(mine.gid) + "), and rdmacoll does not route between subnets";
+  }
+  return "";
 }
 
 }  // namespace rdmacoll::transport::fabric

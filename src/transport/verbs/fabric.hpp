@@ -56,8 +56,21 @@ int select_pkey_index(const std::vector<uint16_t>& table, uint16_t want);
 bool needs_grh(bool roce, bool port_requires_grh, uint16_t peer_lid,
                const std::array<uint8_t, 16>& my_gid, const std::array<uint8_t, 16>& peer_gid);
 
-// Why two ports cannot be connected (link layers differ), or empty. `peer` names it for the
-// message. MTUs may differ: the path uses the smaller.
-std::string incompatibility(int my_link_layer, int peer_link_layer, const std::string& peer);
+// What a rank's port says of itself in its address, for the pair to be checked at connect.
+struct PortIdentity {
+  std::string nic;     // "mlx5_0:1"
+  int link_layer = 0;  // IBV_LINK_LAYER_*
+  GidType gid_type = GidType::IB;
+  uint16_t pkey = 0xffff;         // the P_Key its QPs use (bit 15: full member)
+  std::array<uint8_t, 16> gid{};  // InfiniBand: the upper 8 bytes are the subnet prefix
+};
+// Why two ports cannot be connected, naming both (`peer` names the rank), or empty: their link
+// layers differ; RoCE v1 against v2 (different packets: each would drop the other's); different
+// partitions, or both limited members of one (the switch and the HCAs drop what crosses); on
+// InfiniBand, different subnet prefixes (rdmacoll addresses the peer's LID, not a router's).
+// Without this such a pair fails only when its QPs exhaust their retries (about 34 s). MTUs may
+// differ: the path uses the smaller.
+std::string incompatibility(const PortIdentity& mine, const PortIdentity& peer,
+                            const std::string& peer_name);
 
 }  // namespace rdmacoll::transport::fabric

@@ -168,9 +168,11 @@ struct WireInfo {
   uint16_t lid;
   uint8_t mtu;
   uint8_t link_layer;
-  uint8_t lanes;  // RDMACOLL_IB_QPS_PER_PEER: must match on every rank
-  uint8_t pad[3];
+  uint8_t lanes;         // RDMACOLL_IB_QPS_PER_PEER: must match on every rank
+  uint8_t gid_type;      // fabric::GidType of the GID in use
+  uint16_t pkey;         // the P_Key our QPs use (fabric::incompatibility checks the pair)
   uint32_t piece_bytes;  // RDMACOLL_IB_CHUNK: how the sender cuts (the receiver counts lanes)
+  char device[24];       // "mlx5_0:1", for errors that name both ends (cut to fit)
   // A peer's QP numbers travel later, through the store, when the pair first talks.
 };
 
@@ -363,6 +365,8 @@ class VerbsTransport final : public Transport {
     int traffic_class = 0;
     int service_level = 0;
     int pkey_index = 0;
+    uint16_t pkey = 0xffff;  // the table's entry at pkey_index
+    fabric::GidType gid_type = fabric::GidType::IB;
     int timeout = kQpTimeout;
     int retry_count = kRetryCount;
     bool grh_required = false;
@@ -398,8 +402,18 @@ class VerbsTransport final : public Transport {
 
   std::string store_key(const char* what, int from, int to) const;
 
+  // What our port says of itself (fabric::incompatibility), and a peer's from its address.
+  fabric::PortIdentity identity() const;
+  static fabric::PortIdentity identity_of(const WireInfo& info);
+
   // The first use of `peer`: our QPs to it, their numbers published (see Link).
   void touch(int peer);
+
+  // What a rank publishes instead of its QP numbers when it refuses a pair (route.cpp).
+  static constexpr std::string_view kRefusal = "refused:";
+  // RoCE: why the peer cannot be reached through our port (route.cpp), or nullopt.
+  std::optional<std::string> unreachable(int peer);
+  bool route_check_off_logged_ = false;
 
   // Moves every connection in progress on as far as the store allows; true if any moved.
   bool advance_connections();
