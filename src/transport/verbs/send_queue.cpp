@@ -29,6 +29,10 @@ void VerbsTransport::submit(int peer, int lane, std::function<bool(Staged&)> bui
 
 bool VerbsTransport::stage(int peer, int lane, std::function<bool(Staged&)>& build, bool urgent) {
   Lane& l = peers_[peer].lanes[lane];
+  // Nothing new goes to a port that is down: it waits in its queue until the port is back
+  // (or fails with the peers past the retry budget). Posting would only spend the QP's
+  // retries, and a software device (rxe) fails a QP whose send finds no route at once.
+  if (port_down_since_) return false;
   const int depth = urgent ? kSendDepth : kSendDepth - kUrgentPerQp;
   const int cap = urgent ? kSendsInFlight : kSendsInFlight - kUrgentInFlight;
   if (l.in_queue() >= static_cast<size_t>(depth) || sends_in_flight_ >= cap) return false;
