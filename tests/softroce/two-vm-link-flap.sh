@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A link flap across two SoftRoCE VMs (tests/softroce/link_flap_probe.cpp): rank 1 takes its
+# A link flap across two SoftRoCE VMs (perf/fault_probe.cpp): rank 1 takes its
 # VM's eth0 (the rxe netdev) down and up while both ranks are inside 4 MiB all-gathers.
 #   flap:   down 1 s, inside the QPs' retry budget: the calls complete right.
 #   outage: down 8 s past a 1 s budget: PeerFailure on both ranks, inside the job's timeout.
@@ -18,7 +18,7 @@ for mode in flap outage; do
   [ $mode = outage ] && budget=(RDMACOLL_IB_TIMEOUT=16 RDMACOLL_IB_RETRY_CNT=3)
   job() {  # rank ip mac net
     rank_vm "$1" "$2" "$3" "$4" "$logdir/$mode$1.log" "${budget[@]}" RDMACOLL_TIMEOUT_S=120 \
-      ./tests/link_flap_probe "$mode"
+      ./fault_probe "$mode"
   }
   start=$(date +%s)
   job 0 10.79.0.1 52:54:00:79:00:01 "listen:$port" &

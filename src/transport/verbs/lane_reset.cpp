@@ -37,11 +37,15 @@ bool VerbsTransport::data_lane_recoverable(int peer, int lane, uint32_t number,
     return true;
   }
   if (status != IBV_WC_REM_ACCESS_ERR && status != IBV_WC_WR_FLUSH_ERR) return false;
+  // A process that died has its registrations gone too: if the liveness watch knows, that
+  // is the failure to report (and the pair is not reset).
+  if (peer_failure(peer)) return false;
   if (!p.data_paused) {
     start_lane_reset(peer, std::string("rank ") + std::to_string(peer) +
                                " refused a write (work completion error '" +
                                ibv_wc_status_str(status) +
-                               "'): the call it was for is over there (it failed or timed out)");
+                               "'): the call it was for is over there (it failed or timed "
+                               "out), or the process is gone");
   }
   complete_through(peer, lane, number, false);
   return true;

@@ -5,6 +5,8 @@
 # .deb built on this machine, bench all_gather_into_tensor across the VMs over verbs, fetch and
 # check (every rank used verbs, #wrong 0). The VMs always go down, also after a failure.
 #   run.sh BUILD_DIR      (a build configured for /usr is packaged as it stands)
+# Then the qualification kit (scripts/qualify.sh) over the same VMs. RDMACOLL_QUALIFY_REPORT_DIR:
+# where to copy its report.md and busbw.png (docs/qualify/ holds one made so).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -57,21 +59,15 @@ echo "== the fetched results"
 /usr/bin/python3 "$root/perf/compare/check_bench.py" "$results" --hosts 2 --world 2 --transport verbs
 phase "check"
 
-# For scale: perftest's ib_write_bw between the same VMs over the same rxe devices (64 KiB
-# writes; perftest's clock is unreliable under TCG, so this is only an order of magnitude).
-echo "== ib_write_bw vm1 <- vm2, for scale"
-vm() {
-  ssh -i "$state/id_ed25519" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-    -o LogLevel=ERROR -p "$(cat "$state/vm$1/ssh_port")" root@127.0.0.1 "${@:2}"
-}
-vm 1 "timeout 120 ib_write_bw -d rxe_vm1 -x 1 -F -s 65536 -n 200 --report_gbits" > "$results/ib_write_bw.server" 2>&1 &
-server=$!
-for _ in $(seq 1 20); do
-  vm 2 "timeout 100 ib_write_bw -d rxe_vm2 -x 1 -F -s 65536 -n 200 --report_gbits 10.77.0.1" \
-    > "$results/ib_write_bw.client" 2>&1 && break
-  sleep 2  # the server may not listen yet
-done
-wait "$server" || true
-grep -A2 "#bytes" "$results/ib_write_bw.client" || { echo "ib_write_bw gave no figure:"; tail -5 "$results/ib_write_bw.client"; }
-phase "ib_write_bw"
+# The qualification kit over the same VMs (scripts/qualify.sh): ib_write_bw between them,
+# rdmacoll's busbw beside it, per-call counters, the NICs' counters, and the fault matrix (a rank
+# killed, the cable's netdev down 1 s, down past a shortened budget); the report must say every
+# fault case ended as it must. perftest's clock is unreliable under TCG: its figures here are an
+# order of magnitude only.
+echo "== the qualification kit (scripts/qualify.sh) over the two VMs"
+bash "$root/scripts/qualify.sh" "$state/inventory.ini" "$results/qualify" \
+  -e rdmacoll_install=deb -e '{"qualify_perftest_iters": 100}' \
+  -e '{"qualify_bench_args": "-b 64K -e 4M -f 4 -n 5 -w 1 -c 1"}'
+cp "$results/qualify/report.md" "$results/qualify/busbw.png" "${RDMACOLL_QUALIFY_REPORT_DIR:-$results}/" 2>/dev/null || true
+phase "qualify"
 echo "softroce ansible test passed"
