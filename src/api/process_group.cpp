@@ -131,7 +131,7 @@ std::string transport_counters() {
     << " eager_rings=" << c.eager_rings << " eager_late=" << c.eager_late
     << " receive_credit_writes=" << c.receive_credit_writes << " credit_waits=" << c.credit_waits
     << " receive_queue_low=" << c.receive_queue_low << " port_down_events=" << c.port_down_events
-    << " lane_resets=" << c.lane_resets;
+    << " ordering_writes=" << c.ordering_writes << " lane_resets=" << c.lane_resets;
   return o.str();
 }
 uint64_t bytes_written_to(int peer) {

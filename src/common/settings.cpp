@@ -111,6 +111,9 @@ std::vector<Spec> make_registry() {
   r.push_back(count_spec("RDMACOLL_IB_QPS_PER_PEER", Scope::Job, "1", 1, 16,
                          "data QPs per peer a write's pieces are dealt over (control messages "
                          "have one of their own)"));
+  r.push_back(choice_spec("RDMACOLL_IB_ADAPTIVE_ROUTING", Scope::Rank, {"0", "1"},
+                          "1: each QP's last piece of a write goes as a plain RDMA WRITE and a "
+                          "zero-byte WRITE WITH IMM after it (fabrics with adaptive routing)"));
   r.push_back(count_spec("RDMACOLL_IB_EAGER_SLOTS", Scope::Rank, "8", 0, 64,
                          "slots of the verbs write ring per connected peer (0: SENDs only)"));
   r.push_back(count_spec("RDMACOLL_MR_CACHE_MB", Scope::Rank, "2048", 0, uint64_t{1} << 30,

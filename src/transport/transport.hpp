@@ -221,7 +221,8 @@ class Transport {
     uint64_t credit_waits = 0;           // tries to build a receive-taking request without a credit
     uint64_t receive_queue_low = 0;      // the shared receive queue's low-water events
     uint64_t port_down_events = 0;       // our port went down (a warning until past the budget)
-    uint64_t lane_resets = 0;            // a pair's data QPs reset after a write refused there (N3)
+    uint64_t ordering_writes = 0;  // zero-byte WRITE WITH IMM after plain data (adaptive routing)
+    uint64_t lane_resets = 0;      // a pair's data QPs reset after a write refused there (N3)
   };
   // What the transport holds for its connections (verbs: QPs, pinned control buffers, CQ
   // entries; zero where the library below owns them, as in UCX), and how many peers it has

@@ -16,6 +16,10 @@ echo "== verbs_tests with writes striped over 2 QPs per peer in 64 KiB pieces"
 RDMACOLL_IB_QPS_PER_PEER=2 RDMACOLL_IB_CHUNK=65536 ./tests/verbs_tests --gtest_color=no \
   --gtest_filter='*VerbsGroupSize.*:Verbs.PerCallCounters:Verbs.AllReduceSmallAndLarge:Verbs.ReduceScatterAndBroadcast:Verbs.AllReduceRoundsHitTheRegistrationCache' ||
   failed=$((failed + 1))
+echo "== verbs_tests with the adaptive-routing data path (plain writes, then a zero-byte immediate)"
+RDMACOLL_IB_ADAPTIVE_ROUTING=1 ./tests/verbs_tests --gtest_color=no \
+  --gtest_filter='*VerbsGroupSize.*:Verbs.PerCallCounters:Verbs.AllReduceSmallAndLarge:Verbs.ReduceScatterAndBroadcast:VerbsFlowControl.Large*' ||
+  failed=$((failed + 1))
 echo "== fabric settings: logged at info, overrides honoured, bad ones refused"
 out=$(RDMACOLL_IB_TC=106 ./rdmacoll-run -n 2 ./example_all_gather_flat 2>&1)
 echo "$out" | grep "verbs: rxe" | head -2

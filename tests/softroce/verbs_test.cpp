@@ -156,6 +156,12 @@ TEST(Verbs, PerCallCounters) {
       std::printf("rank %d, %lld B per rank, %.0f us per call, per call:%s\n", rank,
                   static_cast<long long>(n * 4), us, line.str().c_str());
       RANK_CHECK(bells <= wrs, "more doorbells than work requests");
+      // With RDMACOLL_IB_ADAPTIVE_ROUTING=1 every write ends with its zero-byte immediate.
+      const char* ar = std::getenv("RDMACOLL_IB_ADAPTIVE_ROUTING");
+      if (ar && std::string(ar) == "1" && n * 4 > 65536) {
+        RANK_CHECK(line.str().find(" ordering_writes=0 ") == std::string::npos,
+                   "no ordering write with RDMACOLL_IB_ADAPTIVE_ROUTING=1:" << line.str());
+      }
     }
   }));
 }

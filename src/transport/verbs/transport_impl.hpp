@@ -618,7 +618,8 @@ class VerbsTransport final : public Transport {
   FabricSettings fabric_;
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
-  int lanes_ = 1;  // data lanes
+  int lanes_ = 1;                  // data lanes
+  bool adaptive_routing_ = false;  // RDMACOLL_IB_ADAPTIVE_ROUTING
   int control_lane() const { return lanes_; }
   int qps_per_peer() const { return lanes_ + 1; }
   int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS

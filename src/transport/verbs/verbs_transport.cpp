@@ -17,6 +17,7 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device) {
   }
   piece_bytes_ = write_piece_bytes();
   lanes_ = lanes_per_peer();
+  adaptive_routing_ = settings::choice("RDMACOLL_IB_ADAPTIVE_ROUTING") == "1";
   eager_slots_ = eager_slots_per_peer();
   // A credit write goes back after half a ring taken without a message to carry it.
   credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
@@ -237,18 +238,35 @@ RequestPtr VerbsTransport::write(const MemoryRegion& src, size_t src_offset,
     const uint64_t to = remote.base() + dst_offset + off;
     const uint32_t lkey = local.lkey();
     const uint32_t rkey = remote.rkey;
+    // With adaptive routing the last piece goes plain too, and a zero-byte WRITE WITH IMM
+    // after it carries the immediate: a fabric may route plain writes adaptively (spread over
+    // paths, placed out of order), and the immediate's completion then still follows every
+    // byte of the lane, as NCCL's net_ib sends its data (a WITH IMM of data is not routed so).
+    const bool with_imm = last && !adaptive_routing_;
     submit(peer, lane, [=, this](Staged& st) {
       // The immediate takes one of the peer's receives: not without a credit for it.
-      if (last && !take_receive_credit(peer)) return false;
+      if (with_imm && !take_receive_credit(peer)) return false;
       st.sge = {from, static_cast<uint32_t>(n), lkey};
       st.wr.wr_id = make_wr_id(kWriteWr, peer, 0, static_cast<uint32_t>(lane));
       st.request = id;
-      st.wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      st.wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
       st.wr.imm_data = htonl(imm);
       st.wr.wr.rdma.remote_addr = to;
       st.wr.wr.rdma.rkey = rkey;
       return true;
     });
+    if (last && adaptive_routing_) {
+      ++req->pieces;
+      ++counters_.ordering_writes;
+      submit(peer, lane, [=, this](Staged& st) {
+        if (!take_receive_credit(peer)) return false;
+        st.wr.wr_id = make_wr_id(kWriteWr, peer, 0, static_cast<uint32_t>(lane));
+        st.request = id;
+        st.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // zero bytes: no address or key is checked
+        st.wr.imm_data = htonl(imm);
+        return true;
+      });
+    }
   }
   return req;
 }
