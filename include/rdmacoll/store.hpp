@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,17 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Whether `key` exists now, without waiting.
   virtual bool check(const std::string& key) = 0;
+  // The values of those `keys` that exist now (nullopt for the others), without waiting: one
+  // request where the store can (rdmacoll's own store), else a check and a get per key. Who
+  // watches many keys at once (the verbs connector) polls with this.
+  virtual std::vector<std::optional<std::vector<uint8_t>>> get_present(
+      const std::vector<std::string>& keys) {
+    std::vector<std::optional<std::vector<uint8_t>>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (check(keys[i])) out[i] = get(keys[i], std::chrono::seconds(10));
+    }
+    return out;
+  }
   // Where the store is, for messages ("rendezvous store at 10.0.0.1:29500").
   virtual std::string describe() const { return "the store"; }
 

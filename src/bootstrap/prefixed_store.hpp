@@ -25,6 +25,14 @@ class PrefixedStore final : public Store {
     return inner_->add(prefix_ + key, delta);
   }
   bool check(const std::string& key) override { return inner_->check(prefix_ + key); }
+  std::vector<std::optional<std::vector<uint8_t>>> get_present(
+      const std::vector<std::string>& keys) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const std::string& k : keys)
+      full.push_back(prefix_ + k);
+    return inner_->get_present(full);
+  }
   std::string describe() const override { return inner_->describe(); }
 
  private:

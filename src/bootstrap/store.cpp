@@ -434,6 +434,89 @@ bool StoreClient::check(const std::string& key) {
   return request(StoreOp::Check, key, {}, op_timeout()).at(0) != 0;
 }
 
+Bytes encode_keys(const std::vector<std::string>& keys) {
+  Bytes out(4);
+  const auto n = static_cast<uint32_t>(keys.size());
+  std::memcpy(out.data(), &n, 4);
+  for (const std::string& k : keys) {
+    const auto len = static_cast<uint32_t>(k.size());
+    const size_t at = out.size();
+    out.resize(at + 4 + k.size());
+    std::memcpy(out.data() + at, &len, 4);
+    std::memcpy(out.data() + at + 4, k.data(), k.size());
+  }
+  return out;
+}
+
+bool decode_keys(const Bytes& in, std::vector<std::string>& keys) {
+  uint32_t n = 0;
+  if (in.size() < 4) return false;
+  std::memcpy(&n, in.data(), 4);
+  if (n > kMaxPresentKeys) return false;
+  size_t at = 4;
+  keys.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t len = 0;
+    if (in.size() - at < 4) return false;
+    std::memcpy(&len, in.data() + at, 4);
+    at += 4;
+    if (len > kMaxKeyBytes || in.size() - at < len) return false;
+    keys.emplace_back(reinterpret_cast<const char*>(in.data() + at), len);
+    at += len;
+  }
+  return at == in.size();
+}
+
+Bytes encode_present(const std::vector<const Bytes*>& values) {
+  Bytes out;
+  for (const Bytes* v : values) {
+    out.push_back(v ? 1 : 0);
+    if (!v) continue;
+    const auto len = static_cast<uint32_t>(v->size());
+    const size_t at = out.size();
+    out.resize(at + 4 + v->size());
+    std::memcpy(out.data() + at, &len, 4);
+    if (!v->empty()) std::memcpy(out.data() + at + 4, v->data(), v->size());
+  }
+  return out;
+}
+
+bool decode_present(const Bytes& in, size_t count, std::vector<std::optional<Bytes>>& out) {
+  out.assign(count, std::nullopt);
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (at >= in.size() || in[at] > 1) return false;
+    if (in[at++] == 0) continue;
+    uint32_t len = 0;
+    if (in.size() - at < 4) return false;
+    std::memcpy(&len, in.data() + at, 4);
+    at += 4;
+    if (in.size() - at < len) return false;
+    out[i] = Bytes(in.begin() + static_cast<ptrdiff_t>(at),
+                   in.begin() + static_cast<ptrdiff_t>(at + len));
+    at += len;
+  }
+  return at == in.size();
+}
+
+std::vector<std::optional<Bytes>> StoreClient::get_present(const std::vector<std::string>& keys) {
+  std::vector<std::optional<Bytes>> out;
+  out.reserve(keys.size());
+  for (size_t first = 0; first < keys.size(); first += kMaxPresentKeys) {
+    const std::vector<std::string> part(
+        keys.begin() + static_cast<ptrdiff_t>(first),
+        keys.begin() + static_cast<ptrdiff_t>(std::min(keys.size(), first + kMaxPresentKeys)));
+    std::vector<std::optional<Bytes>> got;
+    if (!decode_present(request(StoreOp::GetPresent, "", encode_keys(part), op_timeout()),
+                        part.size(), got)) {
+      throw PeerFailure("rendezvous store at " + address() + ": a malformed multi-key reply");
+    }
+    for (auto& g : got)
+      out.push_back(std::move(g));
+  }
+  return out;
+}
+
 void StoreClient::erase(const std::string& key) {
   request(StoreOp::Delete, key, {}, op_timeout());
 }

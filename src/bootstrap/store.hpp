@@ -36,9 +36,19 @@ enum class StoreOp : uint8_t {
   Check = 4,
   Delete = 5,
   Ping = 6,
-  Challenge = 7,  // server -> client, first frame
-  Hello = 8,      // client -> server, the answer
+  Challenge = 7,   // server -> client, first frame
+  Hello = 8,       // client -> server, the answer
+  GetPresent = 9,  // the keys (value: encode_keys) -> what is there (encode_present)
 };
+
+// GetPresent's request (a count, then each key's length and bytes) and reply (per key a
+// present byte, then a present value's length and bytes). decode_* refuse what is not well
+// formed: a key past kMaxKeyBytes, more than kMaxPresentKeys keys, a length past the end.
+inline constexpr uint32_t kMaxPresentKeys = 4096;
+Bytes encode_keys(const std::vector<std::string>& keys);
+bool decode_keys(const Bytes& in, std::vector<std::string>& keys);
+Bytes encode_present(const std::vector<const Bytes*>& values);  // nullptr: missing
+bool decode_present(const Bytes& in, size_t count, std::vector<std::optional<Bytes>>& out);
 
 // Who may use a store: the job's secret (empty: anyone who can connect) and its id (empty
 // matches only empty). The server's must equal the client's.
@@ -133,6 +143,8 @@ class StoreClient final : public Store {
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::string& key) override;
+  // One request for all of them (split past kMaxPresentKeys).
+  std::vector<std::optional<Bytes>> get_present(const std::vector<std::string>& keys) override;
   std::string describe() const override { return "rendezvous store at " + address(); }
   void erase(const std::string& key);
   // Blocks until every key exists.

@@ -164,7 +164,8 @@ bool StoreState::consume(Connection& c, std::string& why) {
       why = "bad magic";
       return false;
     }
-    if (h.op < static_cast<uint8_t>(StoreOp::Set) || h.op > static_cast<uint8_t>(StoreOp::Hello) ||
+    if (h.op < static_cast<uint8_t>(StoreOp::Set) ||
+        h.op > static_cast<uint8_t>(StoreOp::GetPresent) ||
         h.op == static_cast<uint8_t>(StoreOp::Challenge)) {
       why = "unknown op " + std::to_string(h.op);
       return false;
@@ -291,6 +292,26 @@ bool StoreState::handle(Connection& c, StoreOp op, const std::string& key, Bytes
     }
     case StoreOp::Ping:
       return reply(kOk, value);
+    case StoreOp::GetPresent: {
+      std::vector<std::string> keys;
+      if (!decode_keys(value, keys)) {
+        why = "a malformed list of keys";
+        return false;
+      }
+      std::vector<const Bytes*> found;
+      found.reserve(keys.size());
+      size_t bytes = 0;
+      for (const std::string& k : keys) {
+        auto it = data_.find(k);
+        found.push_back(it == data_.end() ? nullptr : &it->second);
+        bytes += 5 + (it == data_.end() ? 0 : it->second.size());
+      }
+      if (bytes > kMaxValueBytes) {
+        why = "a multi-key reply past " + std::to_string(kMaxValueBytes) + " bytes";
+        return false;
+      }
+      return reply(kOk, encode_present(found));
+    }
     default:
       why = "unexpected op";
       return false;

@@ -367,6 +367,73 @@ TEST(Store, SetGetAddCheck) {
   EXPECT_FALSE(b.check("k"));
 }
 
+// Store::get_present in one request: the values of the keys that are there (an empty value
+// too), nullopt for the others, in the keys' order; more keys than one request takes are split.
+TEST(Store, GetPresentAnswersManyKeysInOneRequest) {
+  StoreServer server("127.0.0.1", 0);
+  StoreClient a("127.0.0.1", server.port(), soon());
+  a.set("qp/1/0", std::vector<uint8_t>{1, 2, 3});
+  a.set("up/1/0", std::vector<uint8_t>{});
+  const auto got = a.get_present({"qp/2/0", "qp/1/0", "up/1/0", "up/2/0"});
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_FALSE(got[0]);
+  EXPECT_EQ(got[1], (std::vector<uint8_t>{1, 2, 3}));
+  ASSERT_TRUE(got[2]);
+  EXPECT_TRUE(got[2]->empty());
+  EXPECT_FALSE(got[3]);
+  // Keys built by append: GCC 12 at -O3 warns falsely on "literal" + std::string (-Wrestrict).
+  auto key = [](uint32_t i) {
+    std::string k(1, 'k');
+    k.append(std::to_string(i));
+    return k;
+  };
+  std::vector<std::string> many;
+  for (uint32_t i = 0; i < kMaxPresentKeys + 10; ++i)
+    many.push_back(key(i));
+  a.set(key(kMaxPresentKeys + 5), std::string("late"));
+  const auto all = a.get_present(many);
+  ASSERT_EQ(all.size(), many.size());
+  for (size_t i = 0; i < many.size(); ++i)
+    EXPECT_EQ(static_cast<bool>(all[i]), i == kMaxPresentKeys + 5) << i;
+}
+
+// A malformed list of keys (a length past the end, too many keys) ends that connection and
+// nothing else; the codec refuses every cut of a well-formed request and reply.
+TEST(Store, AMalformedGetPresentIsRefusedAndTheServerKeepsServing) {
+  const Bytes keys = encode_keys({"a", "bb", ""});
+  std::vector<std::string> out;
+  ASSERT_TRUE(decode_keys(keys, out));
+  EXPECT_EQ(out, (std::vector<std::string>{"a", "bb", ""}));
+  for (size_t cut = 0; cut < keys.size(); ++cut)
+    EXPECT_FALSE(decode_keys(Bytes(keys.begin(), keys.begin() + static_cast<long>(cut)), out));
+  Bytes too_many(4);
+  const uint32_t n = kMaxPresentKeys + 1;
+  std::memcpy(too_many.data(), &n, 4);
+  EXPECT_FALSE(decode_keys(too_many, out));
+  const Bytes v{7};
+  const Bytes reply = encode_present({&v, nullptr});
+  std::vector<std::optional<Bytes>> got;
+  ASSERT_TRUE(decode_present(reply, 2, got));
+  EXPECT_EQ(got[0], v);
+  for (size_t cut = 0; cut < reply.size(); ++cut)
+    EXPECT_FALSE(decode_present(Bytes(reply.begin(), reply.begin() + static_cast<long>(cut)), 2,
+                                got));
+
+  StoreServer server("127.0.0.1", 0);
+  const int fd = connect_raw(server.port());
+  hello(fd);
+  auto f = frame(StoreOp::GetPresent, "", 8, 8);
+  const uint32_t count = 1, len = 1000;  // one key of 1000 bytes, 0 of them sent
+  std::memcpy(f.data() + 16, &count, 4);
+  std::memcpy(f.data() + 20, &len, 4);
+  ASSERT_EQ(::send(fd, f.data(), f.size(), 0), static_cast<ssize_t>(f.size()));
+  EXPECT_TRUE(dropped(fd));
+  ::close(fd);
+  StoreClient ok("127.0.0.1", server.port(), soon());
+  ok.set("still", std::string("fine"));
+  EXPECT_EQ(ok.get_present({"still"})[0], (std::vector<uint8_t>{'f', 'i', 'n', 'e'}));
+}
+
 // destroy_process_group() closes the old store to newcomers, so that a rank re-initializing on
 // the same port waits for the next store instead of talking to this one.
 TEST(Store, StopAcceptingRefusesNewcomersButServesExistingClients) {

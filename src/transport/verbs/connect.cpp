@@ -225,7 +225,7 @@ void VerbsTransport::touch(int peer) {
       std::memcpy(qpns.data() + 4 * l, &qpn, 4);
     }
     make_eager_ring(peer);
-    const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block);
+    const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block.get());
     const uint32_t rkey = p.eager.mr->rkey;
     const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
     uint8_t* e = qpns.data() + 4 * qps_per_peer();

@@ -116,8 +116,13 @@ void Connector::run() {
     try {
       for (; posted < posts.size(); ++posted)
         store_->set(posts[posted].first, posts[posted].second);
-      for (const std::string& key : watched) {
-        if (store_->check(key)) came.emplace_back(key, store_->get(key, std::chrono::seconds(10)));
+      // Every watched key in one request (Store::get_present): with hundreds of ranks
+      // waiting on late peers, one request per key per poll flooded rank 0's store.
+      if (!watched.empty()) {
+        auto got = store_->get_present(watched);
+        for (size_t i = 0; i < watched.size() && i < got.size(); ++i) {
+          if (got[i]) came.emplace_back(watched[i], std::move(*got[i]));
+        }
       }
     } catch (const std::exception& e) {
       failed = "verbs: connecting through the " + store_->describe() + ": " + e.what();

@@ -10,13 +10,13 @@ namespace rdmacoll::transport::verbs_impl {
 void VerbsTransport::make_eager_ring(int peer) {
   Peer::Eager& e = peers_[peer].eager;
   const size_t bytes = eager_ring::block_bytes(eager_slots_);
-  e.block = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+  e.block.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
   if (!e.block)
     throw TransportError("verbs: no memory for the block of rank " + std::to_string(peer));
-  std::memset(e.block, 0, bytes);
+  std::memset(e.block.get(), 0, bytes);
   // No relaxed ordering: the receiver trusts a slot by its trailer, so it must land last.
   constexpr int kRingAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  e.mr = ibv_reg_mr(pd_, e.block, bytes, kRingAccess);
+  e.mr = ibv_reg_mr(pd_, e.block.get(), bytes, kRingAccess);
   if (!e.mr) throw registration_error(bytes, errno);
   e.slots = eager_slots_;
 }
@@ -25,8 +25,9 @@ bool VerbsTransport::eager_slot_free(Peer& p) {
   Peer::Eager& e = p.eager;
   if (e.their_slots == 0 || p.failure) return false;
   uint64_t word = 0;
-  __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::credit_in_offset(e.slots)),
-                &word, __ATOMIC_ACQUIRE);
+  __atomic_load(
+      reinterpret_cast<const uint64_t*>(e.block.get() + eager_ring::credit_in_offset(e.slots)),
+      &word, __ATOMIC_ACQUIRE);
   // A credit above what we sent is a lie that would only cost the peer its own slots.
   const uint64_t credit = e.credit.read(std::min(word, e.sent));
   return e.sent - credit < static_cast<uint64_t>(e.their_slots);
@@ -40,7 +41,7 @@ bool VerbsTransport::poll_eager(int peer) {
   try {
     for (;;) {
       const uint8_t* slot =
-          e.block + (e.taken % static_cast<uint64_t>(e.slots)) * eager_ring::kSlotBytes;
+          e.block.get() + (e.taken % static_cast<uint64_t>(e.slots)) * eager_ring::kSlotBytes;
       const auto m = eager_ring::read(slot, e.taken + 1);
       if (!m) break;
       ++e.taken;
@@ -80,8 +81,9 @@ void VerbsTransport::wake_if_asleep(int peer) {
   Peer& p = peers_[peer];
   Peer::Eager& e = p.eager;
   uint64_t word = 0;
-  __atomic_load(reinterpret_cast<const uint64_t*>(e.block + eager_ring::epoch_in_offset(e.slots)),
-                &word, __ATOMIC_ACQUIRE);
+  __atomic_load(
+      reinterpret_cast<const uint64_t*>(e.block.get() + eager_ring::epoch_in_offset(e.slots)),
+      &word, __ATOMIC_ACQUIRE);
   const uint64_t epoch = e.epoch.read(word);
   if (epoch <= e.rung || p.failure) return;
   // The ring takes one of the peer's receives. Without a credit the peer has our earlier
@@ -123,7 +125,7 @@ size_t in_offset(Word w, int slots) {
 
 void VerbsTransport::write_word(int peer, Word word, uint64_t value) {
   const Peer::Eager& e = peers_[peer].eager;
-  __atomic_store(reinterpret_cast<uint64_t*>(e.block + out_offset(word, e.slots)), &value,
+  __atomic_store(reinterpret_cast<uint64_t*>(e.block.get() + out_offset(word, e.slots)), &value,
                  __ATOMIC_RELEASE);
   if (peers_[peer].eager.writers[static_cast<int>(word)].changed()) post_word(peer, word);
 }
@@ -132,7 +134,7 @@ void VerbsTransport::post_word(int peer, Word word) {
   const Peer::Eager& e = peers_[peer].eager;
   if (word == Word::EagerCredit) ++counters_.eager_credit_writes;
   if (word == Word::ReceiveCredit) ++counters_.receive_credit_writes;
-  const uint64_t from = reinterpret_cast<uint64_t>(e.block + out_offset(word, e.slots));
+  const uint64_t from = reinterpret_cast<uint64_t>(e.block.get() + out_offset(word, e.slots));
   const uint32_t lkey = e.mr->lkey;
   const uint64_t to = e.their_ring + in_offset(word, e.their_block_slots);
   const uint32_t rkey = e.their_rkey;

@@ -88,7 +88,7 @@ void VerbsTransport::on_receive_limit() {
 bool VerbsTransport::take_receive_credit(int peer) {
   Peer& p = peers_[peer];
   uint64_t word = 0;
-  __atomic_load(reinterpret_cast<const uint64_t*>(p.eager.block +
+  __atomic_load(reinterpret_cast<const uint64_t*>(p.eager.block.get() +
                                                   eager_ring::receives_in_offset(p.eager.slots)),
                 &word, __ATOMIC_ACQUIRE);
   if (!p.credits.may_take(word)) {

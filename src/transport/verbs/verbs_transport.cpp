@@ -79,7 +79,7 @@ VerbsTransport::~VerbsTransport() {
     for (auto& lane : p.lanes)
       lane.qp.reset();
     p.eager.mr.reset();
-    std::free(p.eager.block);
+    p.eager.block.reset();
   }
   srq_.reset();
   receive_chunks_.clear();
