@@ -104,10 +104,19 @@ class Call {
   void run(Body&& body, const std::shared_ptr<transport::MemoryRegion>* exposed = nullptr) {
     try {
       body();
-    } catch (...) {
+    } catch (const InvalidArgument&) {
       failed_ = true;
       if (watching() && !spreading_ && !g_.broken) spread_error();
       if (exposed && *exposed) t_.forget_registration(**exposed);
+      throw;
+    } catch (...) {
+      failed_ = true;
+      const bool spread = watching() && !spreading_ && !g_.broken;
+      if (spread) spread_error();
+      if (exposed && *exposed) t_.forget_registration(**exposed);
+      // A failure that a neighbour's report explains (a write the successor refused once its
+      // call was over): raise the report, as the other ranks do.
+      if (spread && !g_.broken) check_neighbours();
       throw;
     }
   }
@@ -129,8 +138,14 @@ class Call {
             const Pending& p = list[i];
             if (p.req->done()) continue;
             if (p.req->failed()) {
-              fail<PeerFailure>(where() + ": " + p.what() + " with rank " +
-                                std::to_string(global(p.peer)) + " failed: " + p.req->error());
+              const std::string what = where() + ": " + p.what() + " with rank " +
+                                       std::to_string(global(p.peer)) +
+                                       " failed: " + p.req->error();
+              // Refused because the call is over at that rank (it raised and dropped its
+              // output): in ring-step mode its report is coming, and run() raises that; the
+              // group is not broken by it.
+              if (p.req->refused() && watching() && !spreading_) throw PeerFailure(what);
+              fail<PeerFailure>(what);
             }
             all_done = false;
           }

@@ -89,6 +89,13 @@ class Request {
     error_ = std::move(why);
     state_.store(State::Failed, std::memory_order_release);
   }
+  // Failed because the peer refused it: the call it was for is over there (it failed and
+  // dropped its registration), so that peer's own report says why (a ring call waits for it).
+  void refuse(std::string why) {
+    refused_ = true;
+    fail(std::move(why));
+  }
+  bool refused() const { return refused_; }
 
  protected:
   explicit Request(int peer) : peer_(peer) {}
@@ -96,6 +103,7 @@ class Request {
  private:
   std::atomic<State> state_{State::Pending};
   std::string error_;
+  bool refused_ = false;
   int peer_;
   size_t length_ = 0;
 };

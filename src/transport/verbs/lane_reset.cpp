@@ -40,13 +40,20 @@ bool VerbsTransport::data_lane_recoverable(int peer, int lane, uint32_t number,
   // A process that died has its registrations gone too: if the liveness watch knows, that
   // is the failure to report (and the pair is not reset).
   if (peer_failure(peer)) return false;
-  if (!p.data_paused) {
-    start_lane_reset(peer, std::string("rank ") + std::to_string(peer) +
-                               " refused a write (work completion error '" +
-                               ibv_wc_status_str(status) +
-                               "'): the call it was for is over there (it failed or timed "
-                               "out), or the process is gone");
+  const std::string why = std::string("rank ") + std::to_string(peer) +
+                          " refused a write (work completion error '" + ibv_wc_status_str(status) +
+                          "'): the call it was for is over there (it failed or timed out), or "
+                          "the process is gone";
+  // The refused write's own request says so (Request::refuse); what the reset retires fails.
+  if (status == IBV_WC_REM_ACCESS_ERR) {
+    for (const Posted& x : p.lanes[lane].posted) {
+      if (x.number != number) continue;
+      if (auto it = inflight_.find(x.request); it != inflight_.end()) {
+        if (it->second->state() == Request::State::Pending) it->second->refuse(why);
+      }
+    }
   }
+  if (!p.data_paused) start_lane_reset(peer, why);
   complete_through(peer, lane, number, false);
   return true;
 }
