@@ -144,7 +144,10 @@ class Call {
               // Refused because the call is over at that rank (it raised and dropped its
               // output): in ring-step mode its report is coming, and run() raises that; the
               // group is not broken by it.
-              if (p.req->refused() && watching() && !spreading_) throw PeerFailure(what);
+              if (p.req->refused() && watching()) {
+                if (spreading_) continue;  // nothing of ours lands there: not the spread's failure
+                throw PeerFailure(what);
+              }
               fail<PeerFailure>(what);
             }
             all_done = false;
