@@ -72,6 +72,14 @@ void Call::spread_error() noexcept {
   spreading_ = true;
   try {
     if (watch_.empty()) post_watch();
+    if (refused_ && error_text_.empty()) {
+      // The successor refused our write because its call is over: its report (sent to us
+      // first) says why; pass those words on, not our own failure's.
+      wait(watch_, 1, 2);
+      const std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[1];
+      note_error(std::string(reinterpret_cast<const char*>(buffer.data()),
+                             std::min(watch_[1].req->length(), buffer.size())));
+    }
     std::string reason = error_text_.empty() ? "rank " + std::to_string(g_.global_rank) +
                                                    " left the call with an error"
                                              : error_text_;

@@ -146,6 +146,7 @@ class Call {
               // group is not broken by it.
               if (p.req->refused() && watching()) {
                 if (spreading_) continue;  // nothing of ours lands there: not the spread's failure
+                refused_ = true;
                 throw PeerFailure(what);
               }
               fail<PeerFailure>(what);
@@ -270,6 +271,7 @@ class Call {
   std::vector<Pending> watch_;   // ring-step mode: the neighbours' error reports, once posted
   bool spreading_ = false;       // spread_error ran (it runs once)
   bool failed_ = false;          // run()'s body threw
+  bool refused_ = false;         // ...because the successor refused a write: its report says why
   int neighbour_[2] = {-1, -1};  // predecessor, successor
   mutable std::string error_text_;
   int uncaught_ = std::uncaught_exceptions();
