@@ -53,12 +53,12 @@ bool VerbsTransport::data_lane_recoverable(int peer, int lane, uint32_t number,
       }
     }
   }
-  if (!p.data_paused) start_lane_reset(peer, why);
+  if (!p.data_paused) start_lane_reset(peer, why, status == IBV_WC_REM_ACCESS_ERR);
   complete_through(peer, lane, number, false);
   return true;
 }
 
-void VerbsTransport::start_lane_reset(int peer, const std::string& why) {
+void VerbsTransport::start_lane_reset(int peer, const std::string& why, bool refused) {
   Peer& p = peers_[peer];
   if (p.failure) return;
   if (++p.resets > kMaxLaneResets) {
@@ -67,13 +67,14 @@ void VerbsTransport::start_lane_reset(int peer, const std::string& why) {
     return;
   }
   log::info("verbs: resetting the data QPs to rank " + std::to_string(peer) + ": " + why);
-  reset_data_lanes(peer, p.lane_generation + 1, why);
+  reset_data_lanes(peer, p.lane_generation + 1, why, refused);
   if (p.failure) return;
   const uint32_t g = p.lane_generation;
   send(peer, kLaneResetTag, &g, sizeof g);
 }
 
-void VerbsTransport::reset_data_lanes(int peer, uint32_t generation, const std::string& why) {
+void VerbsTransport::reset_data_lanes(int peer, uint32_t generation, const std::string& why,
+                                      bool refused) {
   Peer& p = peers_[peer];
   p.lane_generation = generation;
   p.data_paused = true;
@@ -94,7 +95,15 @@ void VerbsTransport::reset_data_lanes(int peer, uint32_t generation, const std::
       l.reset_below = l.next_number;
       for (uint64_t id : retired) {
         if (auto it = inflight_.find(id); it != inflight_.end()) {
-          if (it->second->state() == Request::State::Pending) it->second->fail(why);
+          // Reset because the peer refused a write: the rest on these QPs went to that peer
+          // too (a ring call's next pieces), refused as well.
+          if (it->second->state() == Request::State::Pending) {
+            if (refused) {
+              it->second->refuse(why);
+            } else {
+              it->second->fail(why);
+            }
+          }
         }
         complete_one(peer, id, false);
       }

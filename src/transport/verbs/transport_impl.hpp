@@ -385,8 +385,9 @@ class VerbsTransport final : public Transport {
   static constexpr uint64_t kLaneResetDoneTag = (uint64_t{1} << 62) | 2;
   static constexpr int kMaxLaneResets = 16;
   bool data_lane_recoverable(int peer, int lane, uint32_t number, ibv_wc_status status);
-  void start_lane_reset(int peer, const std::string& why);
-  void reset_data_lanes(int peer, uint32_t generation, const std::string& why);
+  void start_lane_reset(int peer, const std::string& why, bool refused = false);
+  void reset_data_lanes(int peer, uint32_t generation, const std::string& why,
+                        bool refused = false);
   void on_transport_message(int peer, uint64_t tag, std::span<const uint8_t> payload);
   bool data_lane_paused(int peer, int lane) const {
     return lane < lanes_ && peers_[peer].data_paused;
