@@ -416,8 +416,8 @@ TEST(Store, AMalformedGetPresentIsRefusedAndTheServerKeepsServing) {
   ASSERT_TRUE(decode_present(reply, 2, got));
   EXPECT_EQ(got[0], v);
   for (size_t cut = 0; cut < reply.size(); ++cut)
-    EXPECT_FALSE(decode_present(Bytes(reply.begin(), reply.begin() + static_cast<long>(cut)), 2,
-                                got));
+    EXPECT_FALSE(
+        decode_present(Bytes(reply.begin(), reply.begin() + static_cast<long>(cut)), 2, got));
 
   StoreServer server("127.0.0.1", 0);
   const int fd = connect_raw(server.port());
