@@ -98,34 +98,27 @@ void VerbsTransport::wake_if_asleep(int peer) {
 }
 
 namespace {
-// Where a word's line is in our block (the source of our writes of it) and in the peer's.
-size_t out_offset(Word w, int slots) {
+// A word's lines in a block of `slots` slots: where the peer writes it in (`in`) and where ours
+// is kept as the source of our writes of it (`out`).
+struct WordLines {
+  size_t in, out;
+};
+WordLines lines_of(Word w, int slots) {
   switch (w) {
     case Word::EagerCredit:
-      return eager_ring::credit_out_offset(slots);
+      return {eager_ring::credit_in_offset(slots), eager_ring::credit_out_offset(slots)};
     case Word::SleepEpoch:
-      return eager_ring::epoch_out_offset(slots);
+      return {eager_ring::epoch_in_offset(slots), eager_ring::epoch_out_offset(slots)};
     case Word::ReceiveCredit:
       break;
   }
-  return eager_ring::receives_out_offset(slots);
-}
-size_t in_offset(Word w, int slots) {
-  switch (w) {
-    case Word::EagerCredit:
-      return eager_ring::credit_in_offset(slots);
-    case Word::SleepEpoch:
-      return eager_ring::epoch_in_offset(slots);
-    case Word::ReceiveCredit:
-      break;
-  }
-  return eager_ring::receives_in_offset(slots);
+  return {eager_ring::receives_in_offset(slots), eager_ring::receives_out_offset(slots)};
 }
 }  // namespace
 
 void VerbsTransport::write_word(int peer, Word word, uint64_t value) {
   const Peer::Eager& e = peers_[peer].eager;
-  __atomic_store(reinterpret_cast<uint64_t*>(e.block.get() + out_offset(word, e.slots)), &value,
+  __atomic_store(reinterpret_cast<uint64_t*>(e.block.get() + lines_of(word, e.slots).out), &value,
                  __ATOMIC_RELEASE);
   if (peers_[peer].eager.writers[static_cast<int>(word)].changed()) post_word(peer, word);
 }
@@ -134,9 +127,9 @@ void VerbsTransport::post_word(int peer, Word word) {
   const Peer::Eager& e = peers_[peer].eager;
   if (word == Word::EagerCredit) ++counters_.eager_credit_writes;
   if (word == Word::ReceiveCredit) ++counters_.receive_credit_writes;
-  const uint64_t from = reinterpret_cast<uint64_t>(e.block.get() + out_offset(word, e.slots));
+  const uint64_t from = reinterpret_cast<uint64_t>(e.block.get() + lines_of(word, e.slots).out);
   const uint32_t lkey = e.mr->lkey;
-  const uint64_t to = e.their_ring + in_offset(word, e.their_block_slots);
+  const uint64_t to = e.their_ring + lines_of(word, e.their_block_slots).in;
   const uint32_t rkey = e.their_rkey;
   post_unawaited_write(
       peer,
