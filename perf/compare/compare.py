@@ -3,17 +3,20 @@
 --oneccl), torch/gloo and the memcpy limit, measured in one run on one machine.
 
 Systems are interleaved size by size (every system measures size S before any measures the
-next size), and the whole sweep repeats in blocks, so they share the machine's noise; the
-report gives the best and the median over blocks, and the load average before each run.
+next size), and the whole sweep repeats in rounds, so they share the machine's noise; each
+figure is the best of its clean rounds, each ratio printed with its spread across rounds, and a
+run where something else was busy is marked not for publishing (method.py says how).
 
   /usr/bin/python3 perf/compare/compare.py [--build build] [--out DIR] [--worlds 2,4]
       [--oneccl PREFIX]
-      [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--blocks 2] [--smoke]
+      [--min 8] [--max 64M] [--factor 4] [--extra 1M] [--rounds 3] [--smoke | --quick]
+      [--systems rdmacoll-shm,ompi-shm,...]
       [--collective all_gather|all_reduce|reduce_scatter|broadcast|sendrecv|reduce|alltoall|
                     gather|scatter]
 
-Writes DIR/compare.csv, DIR/compare.md (each system's time and its ratio to rdmacoll per
-size: > 1 means rdmacoll is faster) and DIR/busbw.png (busbw vs size, one panel per world size
+Writes DIR/compare.csv, DIR/compare.md (rdmacoll's time over each peer's per size, < 1 means
+rdmacoll is faster, with the spread; each system's best time), DIR/LOADED when the machine was
+not quiet and DIR/busbw.png (busbw vs size, one panel per world size
 and transport family). Run as root on Debian 12 with openmpi-bin, mpich, python3-torch and
 python3-matplotlib installed (scripts/install-deps.sh).
 """
@@ -21,12 +24,12 @@ import argparse
 import csv
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from method import Samples, iterations, others_busy, ratio_cell, warmups  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -45,11 +48,6 @@ def human(n):
         if n >= size and n % size == 0:
             return f"{n // size} {unit}"
     return f"{n} B"
-
-
-def iterations(nbytes, world):
-    # Enough repetitions for small sizes, few for large ones (bounded run time).
-    return max(3, min(200, (64 << 20) // max(1, nbytes * world)))
 
 
 def has_verbs():
@@ -87,10 +85,26 @@ def build_helpers(outdir, oneccl=None):
             exe = os.path.join(bindir, f"mpi_allgather_{mpi}")
             subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "mpi_allgather.c")], check=True)
             built[mpi] = exe
+    if "openmpi" in built:
+        built["ompi_cma"] = openmpi_cma_works(built["openmpi"])
     exe = os.path.join(bindir, "memcpy_bw")
     subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "memcpy_bw.c")], check=True)
     built["memcpy"] = exe
     return built
+
+
+def openmpi_cma_works(exe):
+    """Whether Open MPI's vader can use its CMA single copy here (process_vm_readv needs ptrace
+    rights, which some containers lack, and then vader aborts the job). Where it can, the peer is
+    Open MPI as users run it; forcing the single copy off would slow it 2.4x at 64 KiB and 1.4x
+    at 1 MiB on this machine and flatter every ratio."""
+    cmd = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           "-np", "2", exe, "65536", "20", "2"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0 and "RESULT 65536" in proc.stdout
 
 
 # Per collective: all_gather_perf's -o, the MPI helper's mode, the gloo helper's mode (None:
@@ -156,7 +170,7 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
     run = os.path.join(build, "rdmacoll-run")
     perf = os.path.join(build, "all_gather_perf")
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
-                            "-w", "2", "-c", "1"] + op
+                            "-w", str(warmups(it)), "-c", "1"] + op
     out = [System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)")]
     if collective == "all_gather" and only != "torch":
         # The output from rdmacoll::empty: one-copy stores into every member's output.
@@ -170,24 +184,28 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
                           label="rdmacoll (verbs)"))
     if "openmpi" in helpers and only != "torch":
         ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        vader = "vader with CMA single copy" if helpers["ompi_cma"] else \
+            "vader, single copy off: CMA not permitted here"
+        if not helpers["ompi_cma"]:
+            ompi += ["--mca", "btl_vader_single_copy_mechanism", "none"]
         exe = helpers["openmpi"]
         # Default arguments bind now: `exe` is reassigned below (late binding would hand
         # MPICH's binary to Open MPI's mpirun).
         out.append(System("ompi-shm", "shm",
                           lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s), str(it),
-                                                            "2"] + mode,
-                          label="Open MPI 4.1.4 (default)"))
+                                                            str(warmups(it))] + mode,
+                          label=f"Open MPI 4.1.4 (default: {vader})"))
         out.append(System("ompi-tcp", "tcp",
                           lambda w, s, it, exe=exe: ompi + ["--mca", "pml", "ob1", "--mca", "btl",
                                                    "tcp,self", "-np", str(w), exe, str(s),
-                                                   str(it), "2"] + mode,
+                                                   str(it), str(warmups(it))] + mode,
                           label="Open MPI 4.1.4 (btl tcp,self)"))
         if collective in EXTRA_MPI:
             xmode, xlabel = EXTRA_MPI[collective]
             out.append(System(f"ompi-{xmode}", "shm",
                               lambda w, s, it, exe=exe: ompi + ["-np", str(w), exe, str(s),
-                                                                str(it), "2", xmode],
-                              label=f"Open MPI 4.1.4 (default, {xlabel})"))
+                                                                str(it), str(warmups(it)), xmode],
+                              label=f"Open MPI 4.1.4 ({vader}, {xlabel})"))
     if "oneccl" in helpers and collective in ONECCL_MODES and only != "torch":
         exe, lib = helpers["oneccl"]
         # Its worker threads spin by default: with 2 ranks on 2 cores that took 7-10 ms per
@@ -196,13 +214,13 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
                 "CCL_YIELD": "sched_yield", "CCL_PROCESS_LAUNCHER": "none"}
         out.append(System("oneccl", "shm",
                           lambda w, s, it, exe=exe: [run, "-n", str(w), exe, str(s), str(it),
-                                                     "2"] + ONECCL_MODES[collective],
+                                                     str(warmups(it))] + ONECCL_MODES[collective],
                           cenv, label="oneCCL 2022.2 (ofi, ATL shm)"))
     if "mpich" in helpers and only != "torch":
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
                           lambda w, s, it, exe=exe: ["mpirun.mpich", "-np", str(w), exe, str(s),
-                                                     str(it), "2"] + mode,
+                                                     str(it), str(warmups(it))] + mode,
                           label="MPICH 4.0.2"))
     # rdmacoll's torch backend, timed like gloo (same script, same loop): the Python layer's
     # cost over all_gather_perf, and the ratio against gloo, in one run.
@@ -236,14 +254,12 @@ def run_one(system, world, nbytes, timeout, reduce=False):
     it = iterations(nbytes, world)
     env = dict(os.environ)
     env.update(system.env)
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
-    load = os.getloadavg()[0]
     try:
         proc = subprocess.run(system.command(world, nbytes, it), capture_output=True, text=True,
                               env=env, timeout=timeout)
         text = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired:
-        return None, load, "timeout"
+        return None, "timeout"
     us, wrong = None, None
     for line in text.splitlines():
         line = line.strip()
@@ -253,15 +269,15 @@ def run_one(system, world, nbytes, timeout, reduce=False):
             fields = line.split()
             us, wrong = float(fields[2]), int(fields[3])
             if len(fields) > 4 and int(fields[4]) != world:  # e.g. a launcher/MPI mismatch
-                return None, load, f"ran as {fields[4]} ranks, not {world}"
+                return None, f"ran as {fields[4]} ranks, not {world}"
         elif system.name.startswith("rdmacoll") and line and line[0].isdigit():
             f = line.split()  # all_reduce rows have a redop column after the type
             us, wrong = (float(f[4]), int(f[7])) if reduce else (float(f[3]), int(f[6]))
     if us is None:
-        return None, load, f"no result (exit {proc.returncode}): {text[-300:]!r}"
+        return None, f"no result (exit {proc.returncode}): {text[-300:]!r}"
     if wrong:
-        return None, load, f"{wrong} wrong elements"
-    return us, load, ""
+        return None, f"{wrong} wrong elements"
+    return us, ""
 
 
 def busbw(world, nbytes, us, name, collective="all_gather"):
@@ -270,6 +286,32 @@ def busbw(world, nbytes, us, name, collective="all_gather"):
     if us is None or us <= 0:
         return None
     return nbytes * COLLECTIVES[collective][4](world) / us / 1e3
+
+
+# The rdmacoll row each family's peers are compared with, and what it is called in a header.
+OURS = {"shm": ["rdmacoll-shm", "rdmacoll-symmetric"], "tcp": ["rdmacoll-tcp"],
+        "torch-peer": ["torch-rdmacoll"]}
+
+
+def ratio_table(samples, worlds, sizes, names, families, collective):
+    """Markdown: rdmacoll's best time over each peer's of its family (< 1: rdmacoll faster),
+    with the per-round ratios' spread."""
+    pairs = [(ours, them) for them in names if not them.startswith(("rdmacoll", "torch-rd"))
+             for ours in OURS.get(families[them], []) if ours in names]
+    if not pairs:
+        return []
+    md = []
+    for world in worlds:
+        md += [f"## {collective}, {world} ranks: rdmacoll's time over the peer's", "",
+               "Best clean round over best clean round (< 1: rdmacoll is faster); in "
+               "parentheses the lowest and highest of the same rounds' ratios.", "",
+               "| size | " + " | ".join(f"{o} / {t}" for o, t in pairs) + " |",
+               "|---|" + "---|" * len(pairs)]
+        for nbytes in sizes:
+            md.append(f"| {human(nbytes)} | " + " | ".join(
+                ratio_cell(samples.ratio(world, nbytes, o, t)) for o, t in pairs) + " |")
+        md.append("")
+    return md
 
 
 def main():
@@ -282,7 +324,14 @@ def main():
     ap.add_argument("--factor", type=int, default=4)
     ap.add_argument("--extra", default="1M",
                     help="sizes measured besides the sweep, comma-separated (the 1 MiB target)")
-    ap.add_argument("--blocks", type=int, default=2)
+    ap.add_argument("--blocks", "--rounds", dest="blocks", type=int, default=None,
+                    help="rounds of the whole sweep, each figure the best of its clean rounds (default 3; "
+                         "5 with --quick)")
+    ap.add_argument("--systems", default=None,
+                    help="comma-separated system names to run (default: every one that runs here)")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 ranks, 8 B to 16 MiB, rdmacoll (ordinary and symmetric output) against "
+                         "Open MPI, 3 rounds: the ratio table in under 3 minutes")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per single run")
     ap.add_argument("--smoke", action="store_true", help="tiny sweep for CI: 8 B..4 KiB, 1 block")
     ap.add_argument("--torch-python", default="/usr/bin/python3",
@@ -304,11 +353,20 @@ def main():
     if args.smoke:
         args.min, args.max, args.factor, args.blocks, args.worlds = "8", "4K", 512, 1, "2"
         args.extra = ""
+    if args.blocks is None:
+        args.blocks = 5 if args.quick else 3
+    if args.quick:
+        args.min, args.max, args.factor, args.worlds = "8", "16M", 8, "2"
+        args.extra = "64K,128K,256K,1M"
+        args.systems = args.systems or "rdmacoll-shm,rdmacoll-symmetric,ompi-shm"
     out = args.out or os.path.join(ROOT, "perf", "results", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     helpers = build_helpers(out, args.oneccl)
     contenders = systems(os.path.abspath(args.build), helpers, args.collective,
                          args.torch_python, args.only)
+    if args.systems:
+        wanted = args.systems.split(",")
+        contenders = [c for c in contenders if c.name in wanted]
     worlds = [int(w) for w in args.worlds.split(",")]
     sizes, s = [], parse_size(args.min)
     while s <= parse_size(args.max):
@@ -319,54 +377,58 @@ def main():
     extra = [parse_size(x) for x in args.extra.split(",") if x.strip()]
     sizes = sorted(set(sizes + [x for x in extra if x <= parse_size(args.max)]))
     started = time.time()
-    rows = []  # (block, world, size, system, us, load, note)
+    rows = []  # (round, world, size, system, us, busy, note)
+    samples = Samples()
     failures = []
     for block in range(args.blocks):
         for world in worlds:
             for nbytes in sizes:
+                busy = others_busy()  # nothing of ours runs now
+                samples.add_busy(block, world, nbytes, busy)
                 for sysm in contenders:
-                    us, load, note = run_one(sysm, world, nbytes, args.timeout, single)
-                    rows.append((block, world, nbytes, sysm.name, us, load, note))
+                    us, note = run_one(sysm, world, nbytes, args.timeout, single)
+                    samples.add(block, world, nbytes, sysm.name, us)
+                    rows.append((block, world, nbytes, sysm.name, us, busy, note))
                     if note:
                         failures.append(f"{sysm.name} p={world} {human(nbytes)}: {note}")
                     if sys.stderr.isatty():
-                        print(f"\rblock {block + 1}/{args.blocks} p={world} {human(nbytes):>8} "
-                              f"{sysm.name:<15}", end="", file=sys.stderr, flush=True)
+                        print(f"\rround {block + 1}/{args.blocks} p={world} {human(nbytes):>8} "
+                              f"{sysm.name:<18}", end="", file=sys.stderr, flush=True)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     elapsed = time.time() - started
+    loaded, sampled = samples.loaded_count()
 
     with open(os.path.join(out, stem + ".csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["block", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
-                    "loadavg_before", "note"])
-        for block, world, nbytes, name, us, load, note in rows:
+        w.writerow(["round", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
+                    "others_busy_cores", "note"])
+        for block, world, nbytes, name, us, busy, note in rows:
             bw = busbw(world, nbytes, us, name, args.collective)
             w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}",
-                        "" if bw is None else f"{bw:.4f}", f"{load:.2f}", note])
+                        "" if bw is None else f"{bw:.4f}", f"{busy:.2f}", note])
 
-    # Best and median over blocks.
-    summary = {}
-    for _, world, nbytes, name, us, _, _ in rows:
-        if us is not None:
-            summary.setdefault((world, nbytes, name), []).append(us)
-    best = {k: min(v) for k, v in summary.items()}
-    median = {k: statistics.median(v) for k, v in summary.items()}
     names = [c.name for c in contenders]
     labels = {c.name: c.label for c in contenders}
     families = {c.name: c.family for c in contenders}
-    # gloo is a torch system: its ratio is against torch + rdmacoll where that ran.
-    peer = {"shm": "rdmacoll-shm", "limit": "rdmacoll-shm", "tcp": "rdmacoll-tcp",
-            "verbs": "rdmacoll-verbs", "torch": "rdmacoll-shm"}
-    peer["torch-peer"] = "torch-rdmacoll"
-
-    md = [f"# {args.collective} comparison ({time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
-          f"{os.cpu_count()} cores)", "",
-          f"Best of {args.blocks} block(s) (median in parentheses), mean us per call of the slowest "
-          f"rank. Ratio = system time / rdmacoll time of the same family (shm systems against "
-          f"rdmacoll over UCX shm, TCP systems against rdmacoll with UCX_TLS=tcp, torch + "
-          f"rdmacoll against rdmacoll's C++ all_gather_perf, gloo against torch + rdmacoll "
-          f"where that ran): > 1 means rdmacoll is faster. Sweep took {elapsed:.0f} s.", ""]
+    best = {}
+    for world in worlds:
+        for nbytes in sizes:
+            for name in names:
+                t, _ = samples.best(world, nbytes, name)
+                if t is not None:
+                    best[(world, nbytes, name)] = t
+    quiet = (f"Something else kept more than 0.2 cores busy before {loaded} of {sampled} "
+             f"size-rounds: those rounds are left out where a clean one exists (a dagger marks "
+             f"a figure that needed one). NOT FOR PUBLISHING." if loaded else
+             f"Every one of the {sampled} size-rounds started on a quiet machine (under 0.2 "
+             f"cores busy with anything else).")
+    ratio_md = ratio_table(samples, worlds, sizes, names, families, args.collective)
+    md = [f"# {args.collective} comparison ({time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.uname().nodename}, {os.cpu_count()} cores)", "",
+          f"{quiet} Method: perf/compare/method.py; {args.blocks} rounds, every system run "
+          f"size by size in each round, back to back as nccl-tests times (mean us per call of "
+          f"the slowest rank); the sweep took {elapsed:.0f} s.", ""]
     notes = {
         "all_reduce": "all_reduce: size is the tensor's bytes (float32), reduced in place with "
                       "SUM; busbw = 2 (p-1)/p x size / time, as in nccl-tests.",
@@ -394,30 +456,20 @@ def main():
     for c in contenders:
         md.append(f"- `{c.name}`: {c.label}")
     md.append("")
+    md += ratio_md
     for world in worlds:
-        md.append(f"## {world} ranks")
-        md.append("")
-        md.append("| size | " + " | ".join(names) + " |")
-        md.append("|---|" + "---|" * len(names))
+        md += [f"## Times, {world} ranks (best clean round, us)", "",
+               "| size | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for nbytes in sizes:
-            cells = []
-            for name in names:
-                t = best.get((world, nbytes, name))
-                if t is None:
-                    cells.append("-")
-                    continue
-                ref = best.get((world, nbytes, peer[families[name]]))
-                ratio = f" **{t / ref:.2f}x**" if ref and not name.startswith("rdmacoll") else ""
-                cells.append(f"{t:.1f} ({median[(world, nbytes, name)]:.1f}){ratio}")
+            cells = [f"{best[(world, nbytes, n)]:.1f}" if (world, nbytes, n) in best else "-"
+                     for n in names]
             md.append(f"| {human(nbytes)} | " + " | ".join(cells) + " |")
         md.append("")
     if failures:
         md.append("## Runs without a result")
         md.extend(f"- {f}" for f in failures)
-    md.append("")
-    loads = [r[5] for r in rows]
-    md.append(f"Load average before each run: min {min(loads):.2f}, median "
-              f"{statistics.median(loads):.2f}, max {max(loads):.2f} (per run in {stem}.csv).")
+        md.append("")
+    md.append(f"Every run's time and the busy-core sample before it: {stem}.csv.")
     with open(os.path.join(out, stem + ".md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
@@ -437,11 +489,17 @@ def main():
                     ys = [busbw(world, n, best[(world, n, name)], name, args.collective)
                           for n in xs]
                     series.append((labels[name], xs, ys, name.startswith("rdmacoll")))
-                panels.append((f"{world} ranks, {title}", series))
+                if series:
+                    panels.append((f"{world} ranks, {title}", series))
         save_busbw_plot(os.path.join(out, plot_name), panels)
     except ImportError:
         print("matplotlib missing: no plot (apt-get install python3-matplotlib)", file=sys.stderr)
 
+    if loaded:
+        with open(os.path.join(out, "LOADED"), "w") as f:
+            f.write(quiet + "\n")
+    if args.quick:
+        print("\n".join(ratio_md) + quiet)
     print(f"wrote {out}/{stem}.csv, {stem}.md, {plot_name} ({elapsed:.0f} s)")
     if failures:
         print("runs without a result:\n  " + "\n  ".join(failures), file=sys.stderr)
