@@ -1,7 +1,9 @@
 #include "api/world.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -67,6 +69,19 @@ engine::SpinPolicy spin_policy(const World& w) {
   policy.duration = std::chrono::microseconds(
       settings::count("RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count())));
   return policy;
+}
+
+// From the placements every rank holds, so every rank's transport makes the same choices: all
+// ranks on one machine (one kernel) that has an online CPU for each. Online CPUs, not this
+// rank's affinity: the count must come out the same on every rank.
+transport::CreateHints transport_hints(const World& w) {
+  transport::CreateHints hints;
+  const std::string& machine = w.placements[w.rank].machine;
+  const bool one_machine = std::all_of(w.placements.begin(), w.placements.end(),
+                                       [&](const auto& p) { return p.machine == machine; });
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  hints.one_uncrowded_machine = one_machine && !machine.empty() && cpus >= w.world_size;
+  return hints;
 }
 
 }  // namespace
@@ -194,8 +209,8 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
     w->placements.push_back(topology::LocalPlacement::parse(std::string(b.begin(), b.end())));
   }
   // Serialized: groups run on their own threads (async work, several caller threads).
-  w->transport =
-      transport::make_serialized(transport::create_transport(agree_on_transport(*w), here.nic));
+  w->transport = transport::make_serialized(
+      transport::create_transport(agree_on_transport(*w), here.nic, transport_hints(*w)));
   const std::string kind = w->transport->name();
   const std::string token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
   std::vector<Bytes> addresses = rv.all_gather(

@@ -104,7 +104,8 @@ PointToPoint::~PointToPoint() {
 }
 
 size_t PointToPoint::inline_limit() const {
-  return eager_limit(2, 1, t_.max_message_bytes());
+  // A message the transport moves with one copy goes as a write after a clear-to-send.
+  return std::min(eager_limit(2, 1, t_.max_message_bytes()), t_.single_copy_bytes() - 1);
 }
 
 size_t PointToPoint::outstanding() {

@@ -8,14 +8,14 @@
 
 namespace rdmacoll::transport {
 
-std::unique_ptr<Transport> create_transport(TransportKind kind,
-                                            const std::string& preferred_device) {
+std::unique_ptr<Transport> create_transport(TransportKind kind, const std::string& preferred_device,
+                                            CreateHints hints) {
   switch (kind) {
     case TransportKind::Verbs:
       return create_verbs_transport(preferred_device);
     case TransportKind::Auto:
     case TransportKind::Ucx:
-      return create_ucx_transport();
+      return create_ucx_transport(hints);
   }
   throw InvalidArgument("unknown transport kind");
 }

@@ -61,6 +61,7 @@ class SerializedTransport final : public Transport {
     return posted(inner_->recv(peer, tag, buffer, capacity));
   }
   bool needs_registered_source() const override { return inner_->needs_registered_source(); }
+  size_t single_copy_bytes() const override { return inner_->single_copy_bytes(); }
   std::shared_ptr<MemoryRegion> pin_memory(void* base, size_t length) override {
     std::lock_guard lock(mu_);
     return inner_->pin_memory(base, length);

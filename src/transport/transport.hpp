@@ -150,6 +150,12 @@ class Transport {
   // local key). UCX reads any memory, so the engine may send straight from the input.
   virtual bool needs_registered_source() const { return true; }
 
+  // Writes of at least this many bytes move with one copy (UCX's CMA rendezvous on one
+  // machine), so a chunk this large goes faster as a write into the final offset than inline
+  // in a descriptor (copied in, then out). SIZE_MAX: no such size. The same on every rank of
+  // a job (it follows from the job's placement, CreateHints).
+  virtual size_t single_copy_bytes() const { return SIZE_MAX; }
+
   // The signals of one-sided writes are chosen by their receiver: a call that expects writes
   // reserves a token before its descriptor leaves, and every writer puts it in the signals of
   // what it writes there (write_signal(token, index)). Tokens are unique among the live ones of
@@ -308,12 +314,20 @@ inline uint32_t signal_index(uint64_t signal) {
 
 enum class TransportKind { Auto, Ucx, Verbs };
 
+// What the job's placement tells a transport, the same on every rank.
+struct CreateHints {
+  // Every rank runs on one machine, with no more ranks than it has online CPUs: a peer is
+  // there to answer a rendezvous at once, so UCX's single-copy path pays off from 16 KiB.
+  bool one_uncrowded_machine = false;
+};
+
 // Creates the transport for `kind` (Verbs or Ucx; the caller resolves Auto, since every rank
 // must agree). Throws TransportError with the reason when the kind is unavailable.
 // `preferred_device`: the RDMA device nearest this rank (topology), used by verbs when it has an
 // ACTIVE port and RDMACOLL_IB_DEVICE does not say otherwise.
 std::unique_ptr<Transport> create_transport(TransportKind kind,
-                                            const std::string& preferred_device = "");
+                                            const std::string& preferred_device = "",
+                                            CreateHints hints = {});
 
 // Wraps `inner` for use by several threads at once (see the top of this file).
 std::unique_ptr<Transport> make_serialized(std::unique_ptr<Transport> inner);

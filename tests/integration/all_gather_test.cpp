@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -69,6 +70,29 @@ TEST(AllGather, EveryDtypeAndConversions) {
     gather_and_check({}, 37, DType::Bool, DType::Int64, false);
     gather_and_check({}, 37, DType::UInt8, DType::Float16, true);
     gather_and_check({}, 37, DType::Float64, DType::Bool, false);
+  }));
+}
+
+// On one machine with a CPU for each rank, a chunk from 16 KiB up moves as a write (UCX's
+// single-copy rendezvous straight into the output) instead of inline (copied into the
+// descriptor and out of it): every element right on both sides of the edge, in place and with
+// a conversion, and bytes written only from 16 KiB on. Over TCP nothing changes.
+TEST(AllGather, ChunksFrom16KiBOnOneUncrowdedMachineAreWrittenNotInlined) {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls && std::string(tls) == "tcp") GTEST_SKIP() << "single copy is a shared-memory path";
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs a CPU for each of 2 ranks";
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    const int peer = 1 - rank;
+    int iter = 0;
+    for (int64_t n : {int64_t{4095}, int64_t{4096}, int64_t{4097}, int64_t{50000}}) {
+      const uint64_t before = detail::bytes_written_to(peer);
+      gather_and_check({}, n, DType::Float32, DType::Float32, false, iter++);
+      gather_and_check({}, n, DType::Int64, DType::Float32, true, iter++);
+      const uint64_t written = detail::bytes_written_to(peer) - before;
+      const bool single_copy = n * 4 >= (16 << 10);
+      RANK_CHECK(single_copy ? written >= 2 * static_cast<uint64_t>(n) * 4 : written == 0,
+                 n * 4 << "-byte chunks: " << written << " bytes written");
+    }
   }));
 }
 

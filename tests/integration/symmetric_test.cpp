@@ -95,15 +95,37 @@ TEST(SymmetricMemory, OnASubgroupAndAcrossTensorsMadeAndDropped) {
 
 // Rank 1 gathers into ordinary memory while the others use the window: every rank raises the
 // same error before anything is stored, and the group goes on.
+// Past the eager limit, and from 1 KiB within it, where the window's stores beat the inline
+// path: a member whose output is elsewhere is found, not silently gathered around.
 TEST(SymmetricMemory, AMemberWhoseOutputIsNotInTheWindowMakesEveryRankRaise) {
   expect_all_ok(run_ranks(3, [](int rank, int p) {
-    Tensor sym = empty({p * kLarge}, DType::Float32);
-    Tensor plain = zeros({p * kLarge}, DType::Float32);
-    Tensor& out = rank == 1 ? plain : sym;
-    Tensor in = zeros({kLarge}, DType::Float32);
-    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
-                                       "ranks disagree on symmetric memory");
-    gather_into(sym, {}, kLarge, DType::Float32, 1);
+    int iter = 0;
+    for (int64_t n : {kLarge, int64_t{256}, int64_t{1024}}) {
+      Tensor sym = empty({p * n}, DType::Float32);
+      Tensor plain = zeros({p * n}, DType::Float32);
+      Tensor& out = rank == 1 ? plain : sym;
+      Tensor in = zeros({n}, DType::Float32);
+      expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); },
+                                         "ranks disagree on symmetric memory");
+      gather_into(sym, {}, n, DType::Float32, iter++);
+    }
+  }));
+}
+
+// Chunks from 1 KiB to the eager limit take the window too: every element right out of place,
+// in place and with a conversion, and nothing through the transport's writes.
+TEST(SymmetricMemory, ChunksFrom1KiBWithinTheEagerLimitAreStoredThroughTheWindow) {
+  expect_all_ok(run_ranks(2, [](int, int p) {
+    const uint64_t before = bytes_written();
+    int iter = 0;
+    for (int64_t n : {int64_t{255}, int64_t{256}, int64_t{1024}, int64_t{4096}, int64_t{16384}}) {
+      Tensor out = empty({p * n}, DType::Float32);
+      gather_into(out, {}, n, DType::Float32, iter++);
+      gather_into(out, {}, n, DType::Float32, iter++, true);
+      gather_into(out, {}, n, DType::Int64, iter++);
+    }
+    RANK_CHECK(bytes_written() == before,
+               "the symmetric path wrote " << bytes_written() - before << " bytes");
   }));
 }
 

@@ -9,6 +9,9 @@
 //    UCX's emulated put.
 //  - put: ucp_put_nbx into the peer's ucp_mem_map'ed output, an endpoint flush for remote
 //    completion, then an 8-byte tagged notification carrying the signal.
+//  - auto: put for writes up to 64 KiB to a peer on this host, tag otherwise; tag always in a
+//    job on one machine with a CPU per rank (CreateHints), where from 16 KiB UCX's rendezvous
+//    reads straight into the output.
 
 #include <memory>
 
@@ -16,6 +19,6 @@
 
 namespace rdmacoll::transport {
 
-std::unique_ptr<Transport> create_ucx_transport();
+std::unique_ptr<Transport> create_ucx_transport(CreateHints hints = {});
 
 }  // namespace rdmacoll::transport
