@@ -129,6 +129,18 @@ TEST(SymmetricMemory, ChunksFrom1KiBWithinTheEagerLimitAreStoredThroughTheWindow
   }));
 }
 
+// A chunk past 2 MiB is stored block by block into every member's output: every element right,
+// with a length that is no multiple of the block, in place and converted from int64.
+TEST(SymmetricMemory, ChunksPastTheCacheAreStoredBlockByBlockIntoEveryMember) {
+  expect_all_ok(run_ranks(2, [](int, int p) {
+    constexpr int64_t n = (2 << 20) / 4 + 1234;
+    Tensor out = empty({p * n}, DType::Float32);
+    gather_into(out, {}, n, DType::Float32, 0);
+    gather_into(out, {}, n, DType::Float32, 1, true);
+    gather_into(out, {}, n, DType::Int64, 2);
+  }));
+}
+
 // all_reduce in place on a tensor from empty(): every op and a few dtypes, a length the ranks
 // do not divide, bitwise equal to the same all_reduce on ordinary memory, and not one byte
 // through the transport's writes.

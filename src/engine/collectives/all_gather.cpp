@@ -4,6 +4,7 @@
 // symmetric memory (rdmacoll::empty, engine/symmetric.hpp) on every member takes neither: each
 // member stores its chunk straight into every member's output, then all meet in a barrier.
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/agreement.hpp"
@@ -17,6 +18,8 @@ namespace rdmacoll::engine {
 
 namespace {
 constexpr size_t kWindowMinBytes = 1024;
+constexpr size_t kWindowBlockFrom = 2u << 20;
+constexpr size_t kWindowBlockBytes = 16u << 10;
 void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
             std::shared_ptr<transport::MemoryRegion>& region, bool& stored);
 }  // namespace
@@ -155,11 +158,25 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
 
   // check_descriptors saw every member name the same window and offset, or none.
   if (window) {
-    for (int i = 0; i < p; ++i) {
-      const int r = (g.rank + i) % p;  // members start at different peers
-      if (r == g.rank && own_copied) continue;
-      convert_elements(window->base[r] + window_offset + static_cast<size_t>(g.rank) * chunk,
-                       a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+    // A chunk past the cache goes block by block, each block into every member's output while
+    // it is still in our cache: the input is read from memory once, not once per member (2
+    // ranks out of place, 4 MiB: 456 us against 594; 16 MiB: 2174 against 2618; at 1 MiB whole
+    // copies win, 89 against 94).
+    const size_t es = element_size(a.out_dtype);
+    const size_t in_es = element_size(a.in_dtype);
+    const size_t block_elems =
+        chunk < kWindowBlockFrom ? SIZE_MAX : std::max<size_t>(1, kWindowBlockBytes / es);
+    const auto* in = static_cast<const uint8_t*>(a.in);
+    const size_t n = static_cast<size_t>(a.in_numel);
+    for (size_t first = 0; first < n; first += block_elems) {
+      const size_t count = std::min(block_elems, n - first);
+      for (int i = 0; i < p; ++i) {
+        const int r = (g.rank + i) % p;  // members start at different peers
+        if (r == g.rank && own_copied) continue;
+        convert_elements(
+            window->base[r] + window_offset + static_cast<size_t>(g.rank) * chunk + first * es,
+            a.out_dtype, in + first * in_es, a.in_dtype, count);
+      }
     }
     stored = true;
     return;
