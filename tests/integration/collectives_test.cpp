@@ -2,12 +2,15 @@
 // memory, and again with UCX_TLS=tcp). Every test checks every element of every rank's output.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
+#include "api/debug.hpp"
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
 
@@ -153,6 +156,28 @@ TEST(Broadcast, GroupSizesOneToEightAndSixteenMiB) {
     }
     Group pair = new_group({2, 5});
     if (rank == 2 || rank == 5) broadcast_and_check(pair, 5, (16 << 20) / 4, DType::Float32, 9);
+  }));
+}
+
+// On one machine with a CPU for each rank a tensor from 32 KiB moves as writes (UCX's
+// single-copy rendezvous), not inline: every element right on both sides of the edge from
+// either root, and bytes written only from 32 KiB on. Over TCP nothing changes.
+TEST(Broadcast, TensorsFrom32KiBOnOneUncrowdedMachineAreWrittenNotInlined) {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls && std::string(tls) == "tcp") GTEST_SKIP() << "single copy is a shared-memory path";
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs a CPU for each of 2 ranks";
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    int iter = 0;
+    for (int64_t n : {int64_t{8191}, int64_t{8192}, int64_t{30001}}) {
+      for (int root = 0; root < 2; ++root) {
+        const uint64_t before = detail::bytes_written_to(1 - rank);
+        broadcast_and_check({}, root, n, DType::Float32, iter++);
+        const uint64_t written = detail::bytes_written_to(1 - rank) - before;
+        if (rank != root) continue;
+        RANK_CHECK(n * 4 >= (32 << 10) ? written >= static_cast<uint64_t>(n) * 4 : written == 0,
+                   n * 4 << " bytes from rank " << root << ": " << written << " bytes written");
+      }
+    }
   }));
 }
 
