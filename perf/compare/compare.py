@@ -172,8 +172,9 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
     rdm = lambda w, s, it: [run, "-n", str(w), perf, "-b", str(s), "-e", str(s), "-n", str(it),
                             "-w", str(warmups(it)), "-c", "1"] + op
     out = [System("rdmacoll-shm", "shm", rdm, label="rdmacoll (UCX shm)")]
-    if collective == "all_gather" and only != "torch":
-        # The output from rdmacoll::empty: one-copy stores into every member's output.
+    if collective in ("all_gather", "all_reduce", "reduce_scatter", "broadcast") and \
+            only != "torch":
+        # The tensors from rdmacoll::empty: one-copy stores into (or loads from) every member's.
         out.append(System("rdmacoll-symmetric", "shm", lambda w, s, it: rdm(w, s, it) + ["-S"],
                           label="rdmacoll (output in symmetric memory)"))
     if only != "torch":
