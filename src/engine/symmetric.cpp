@@ -1,5 +1,6 @@
 #include "engine/symmetric.hpp"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -8,6 +9,9 @@ namespace rdmacoll::engine {
 namespace {
 
 struct Registry {
+  // Set by the first publish: a process that never made a window looks up nothing (an
+  // all-gather of 1 KiB and more asks on every call).
+  std::atomic<bool> any{false};
   std::mutex mu;
   std::map<const uint8_t*, std::weak_ptr<Window>> by_base;  // our own part's address
 };
@@ -59,11 +63,13 @@ void publish(const std::shared_ptr<Window>& w) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   r.by_base[w->own->data()] = w;
+  r.any.store(true, std::memory_order_release);
 }
 
 std::shared_ptr<Window> find_window(const void* group, uint64_t digest, const void* p, size_t bytes,
                                     size_t& offset) {
   Registry& r = registry();
+  if (!r.any.load(std::memory_order_acquire)) return nullptr;
   const auto* at = static_cast<const uint8_t*>(p);
   std::lock_guard lock(r.mu);
   auto it = r.by_base.upper_bound(at);

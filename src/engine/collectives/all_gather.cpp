@@ -164,10 +164,10 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     // copies win, 89 against 94).
     const size_t es = element_size(a.out_dtype);
     const size_t in_es = element_size(a.in_dtype);
-    const size_t block_elems =
-        chunk < kWindowBlockFrom ? SIZE_MAX : std::max<size_t>(1, kWindowBlockBytes / es);
     const auto* in = static_cast<const uint8_t*>(a.in);
     const size_t n = static_cast<size_t>(a.in_numel);
+    const size_t block_elems =
+        chunk < kWindowBlockFrom ? n : std::max<size_t>(1, kWindowBlockBytes / es);
     for (size_t first = 0; first < n; first += block_elems) {
       const size_t count = std::min(block_elems, n - first);
       for (int i = 0; i < p; ++i) {

@@ -18,7 +18,7 @@ UcxTransport::UcxTransport(CreateHints hints)
   // from kSingleCopyBytes, and chunks that large leave the inline path (single_copy_bytes()).
   if (!std::getenv("UCX_RNDV_THRESH")) {
     const bool single_copy = shm_ && hints.one_uncrowded_machine;
-    rndv_thresh_ = single_copy ? "16K" : shm_ ? "128K" : "512K";
+    rndv_thresh_ = single_copy ? std::to_string(kSingleCopyBytes) : shm_ ? "128K" : "512K";
     if (single_copy) {
       single_copy_ = kSingleCopyBytes;
       // Tagged messages then win at every size a write has: one CMA copy without put's
