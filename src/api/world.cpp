@@ -264,7 +264,15 @@ void end_world(World& w, bool abort) {
     for (const auto& weak : w.groups) {
       if (auto g = weak.lock()) failed = failed || g->broken.has_value();
     }
-    w.rendezvous->arrive(failed);
+    // Nobody waits for a rank this process knows is dead (a point-to-point failure breaks no
+    // group, and a rank may die while this one talks only to others).
+    const auto known_dead = [&] {
+      std::vector<bool> dead(static_cast<size_t>(w.world_size), false);
+      for (int r = 0; r < w.world_size; ++r)
+        dead[r] = r != w.rank && w.transport->peer_failure(r).has_value();
+      return dead;
+    };
+    w.rendezvous->arrive(failed, known_dead);
     w.engine.reset();
     w.transport.reset();
     w.rendezvous->depart(failed);

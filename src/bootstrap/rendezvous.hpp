@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,10 +57,14 @@ class Rendezvous {
 
   // Parting, in two halves around the transport's end: arrive() waits until every rank is done
   // with the transport; depart() lets rank 0 leave last, once the others have closed. After a
-  // failure (`failed`) both fit in one short grace together, not the timeout. No rank connects
-  // anew from arrive() on: rank 0's store stops accepting, so a rank that initializes again on
-  // the same port reaches the next store, not this one.
-  void arrive(bool failed);
+  // failure (`failed`) both fit in one short grace together, not the timeout. Neither waits for
+  // a rank `known_dead` names (this process's liveness: its transport's failure marks and
+  // pidfds, asked again while arrive() waits); one rank that knows is enough to release the
+  // others, who may not. No rank connects anew from arrive() on: rank 0's store stops
+  // accepting, so a rank that initializes again on the same port reaches the next store, not
+  // this one.
+  using KnownDead = std::function<std::vector<bool>()>;
+  void arrive(bool failed, const KnownDead& known_dead);
   void depart(bool failed);
   // Parting without waiting for anyone (abort_process_group): this rank counts itself in, so
   // ranks that part normally are not kept waiting for it. Best effort, within a second.
@@ -80,6 +85,7 @@ class Rendezvous {
   std::shared_ptr<Store> store_;         // a StoreClient of it, or the caller's, prefixed
   bool own_store_ = false;
   Clock::time_point grace_end_{};
+  int missing_ = 0;  // ranks known dead that never arrived: depart() does not wait for them
 };
 
 // The job's secret and id: RDMACOLL_AUTH_TOKEN; RDMACOLL_JOB_ID, else the launcher's own

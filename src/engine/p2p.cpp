@@ -330,6 +330,13 @@ void PointToPoint::check_alive(Op& op) {
   }
 }
 
+void PointToPoint::raise_failed(const Op& op, int peer, const transport::Request& request) {
+  const int rank = op.global(peer);
+  if (auto why = t_.peer_failure(rank))
+    throw PeerFailure(op.what() + ": rank " + std::to_string(rank) + " is gone: " + *why);
+  throw PeerFailure(op.what() + ": " + request.error());
+}
+
 bool PointToPoint::step(Op& op, std::vector<Finished>& done, bool check) {
   const bool moved = op.kind == Op::Kind::Send ? step_send(op) : step_recv(op);
   const bool finished =

@@ -89,6 +89,9 @@ class PointToPoint {
   void send_clear_to_send(Op& op, int peer, const std::string& refusal);
   bool take_data(Op& op, int peer, std::span<const uint8_t> message);
   void check_alive(Op& op);
+  // A request of `op` with group rank `peer` failed: the process that exited where the
+  // transport knows it, else the request's own words.
+  [[noreturn]] void raise_failed(const Op& op, int peer, const transport::Request& request);
   void fail(Op& op, std::exception_ptr error, std::vector<Finished>& done);
   void succeed(Op& op, std::vector<Finished>& done);
   size_t inline_limit() const;

@@ -48,9 +48,9 @@ bool PointToPoint::step_send(Op& op) {
     return true;
   }
   bool moved = false;
-  if (op.data_msg->failed()) throw PeerFailure(op.what() + ": " + op.data_msg->error());
+  if (op.data_msg->failed()) raise_failed(op, op.peer, *op.data_msg);
   if (op.cts && !op.transfer) {
-    if (op.cts->failed()) throw PeerFailure(op.what() + ": " + op.cts->error());
+    if (op.cts->failed()) raise_failed(op, op.peer, *op.cts);
     if (!op.cts->done()) return false;
     const auto c = p2p::parse_clear_to_send({op.cts_buffer.data(), op.cts->length()});
     if (!c) throw TransportError(op.what() + ": malformed clear-to-send from the receiver");
@@ -80,7 +80,7 @@ bool PointToPoint::step_send(Op& op) {
     moved = true;
   }
   if (op.transfer && op.transfer->failed()) {
-    throw PeerFailure(op.what() + ": " + op.transfer->error());
+    raise_failed(op, op.peer, *op.transfer);
   }
   return moved;
 }
@@ -220,7 +220,7 @@ bool PointToPoint::step_recv(Op& op) {
     int first = -1;
     for (size_t r = 0; r < op.any.size(); ++r) {
       if (!op.any[r]) continue;
-      if (op.any[r]->failed()) throw PeerFailure(op.what() + ": " + op.any[r]->error());
+      if (op.any[r]->failed()) raise_failed(op, static_cast<int>(r), *op.any[r]);
       if (op.any[r]->done() && first < 0) first = static_cast<int>(r);
     }
     if (first < 0) return false;
@@ -243,16 +243,15 @@ bool PointToPoint::step_recv(Op& op) {
     if (!take_data(op, first, {op.buffer.data(), length})) post_data_receive(op, first);
     moved = true;
   } else if (!op.data_done && op.data_msg) {
-    if (op.data_msg->failed()) throw PeerFailure(op.what() + ": " + op.data_msg->error());
+    if (op.data_msg->failed()) raise_failed(op, op.peer, *op.data_msg);
     if (!op.data_msg->done()) return false;
     if (!take_data(op, op.peer, {op.buffer.data(), op.data_msg->length()})) {
       post_data_receive(op, op.peer);  // a leftover, dropped
     }
     moved = true;
   }
-  if (op.cts && op.cts->failed()) throw PeerFailure(op.what() + ": " + op.cts->error());
-  if (op.transfer && op.transfer->failed())
-    throw PeerFailure(op.what() + ": " + op.transfer->error());
+  if (op.cts && op.cts->failed()) raise_failed(op, op.peer, *op.cts);
+  if (op.transfer && op.transfer->failed()) raise_failed(op, op.peer, *op.transfer);
   return moved;
 }
 

@@ -62,6 +62,9 @@ std::optional<std::string> PeerLiveness::watch(int rank) {
 
 std::optional<std::string> PeerLiveness::failure(int rank) {
   Peer& p = peers_.at(rank);
+  // Asked about a peer not yet watched (a receive from it, destroy's count of the living):
+  // watched from now on.
+  if (watch(rank)) return p.failure;
   if (!p.failure && p.pidfd >= 0) {
     pollfd pfd{p.pidfd, POLLIN, 0};
     if (::poll(&pfd, 1, 0) > 0) {

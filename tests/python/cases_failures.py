@@ -63,6 +63,28 @@ def case_killed():
     os._exit(0)  # the world is broken; torch's store host may be the dead rank
 
 
+def case_p2p_killed():
+    """A sender killed mid-message: the receiver's recv raises naming the process that exited,
+    and destroy_process_group returns at once on every survivor (it once took twice the
+    timeout: 10 s at 5 s)."""
+    rank, p = init(timeout_s=5)
+    n = 16 << 20  # 64 MiB: written after a clear-to-send
+    if rank == p - 1:
+        dist.isend(torch.zeros(n), 0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        try:
+            dist.recv(torch.zeros(n), p - 1)
+            raise AssertionError("no error from a killed sender")
+        except RuntimeError as e:
+            assert f"of rank {p - 1} on this host" in str(e), str(e)
+    start = time.time()
+    dist.destroy_process_group()
+    took = time.time() - start
+    assert took < 3, f"destroy_process_group took {took:.1f} s"
+    print(f"ok p2p_killed: rank {rank} destroyed in {took:.2f} s", flush=True)
+
+
 def case_reinit():
     """destroy_process_group, then a fresh init_process_group in the same processes. Each
     round rendezvouses on a port of its own: torch 1.13's TCPStore server on rank 0 outlives

@@ -195,21 +195,22 @@ def test_store_wait_that_times_out_leaves_torchs_store_usable():
     assert client.get("k") == b"v"
 
 
-def test_killed_rank_makes_the_others_raise():
+@pytest.mark.parametrize("case", ["killed", "p2p_killed"])
+def test_killed_rank_makes_the_others_raise(case):
     """Started by hand (rdmacoll-run would end the survivors as soon as one rank dies)."""
     n, port = 3, free_port()
     procs = []
     for r in range(n):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
                    WORLD_SIZE=str(n), LOCAL_RANK=str(r))
-        procs.append(subprocess.Popen([PYTHON, os.path.join(HERE, "cases.py"), "killed"],
+        procs.append(subprocess.Popen([PYTHON, os.path.join(HERE, "cases.py"), case],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert procs[n - 1].returncode == -signal.SIGKILL, outs[n - 1]
     for r in range(n - 1):
         assert procs[r].returncode == 0, outs[r]
-        assert "ok killed: rank" in outs[r], outs[r]
+        assert f"ok {case}: rank" in outs[r], outs[r]
 
 
 if __name__ == "__main__":

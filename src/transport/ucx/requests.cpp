@@ -26,8 +26,19 @@ ucp_ep_h UcxTransport::ep(int peer) {
     throw InvalidArgument("UCX transport: no such peer rank " + std::to_string(peer));
   }
   PeerSlot& slot = *peers_[peer];
-  if (slot.failure) throw PeerFailure("rank " + std::to_string(peer) + ": " + *slot.failure);
+  if (slot.failure)
+    throw PeerFailure("rank " + std::to_string(peer) + " is gone: " + *slot.failure);
   if (slot.ep) return slot.ep;
+  // A peer on this host that has exited took its shared memory along: UCX would fail the
+  // endpoint with "Shared memory error" (or crash unpacking its segment's key).
+  const auto gone = [&] {
+    slot.failure = liveness_.failure(peer).value_or(
+        "process " + std::to_string(liveness_.pid_of(peer)) + " of rank " + std::to_string(peer) +
+        " on this host is exiting");
+    close_failed_ = true;
+    return PeerFailure("rank " + std::to_string(peer) + " is gone: " + *slot.failure);
+  };
+  if (liveness_.gone_or_exiting(peer)) throw gone();
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -43,10 +54,12 @@ ucp_ep_h UcxTransport::ep(int peer) {
         "connection to rank " + std::to_string(s->rank) + " failed (" + status_str(status) + ")";
   };
   p.err_handler.arg = &slot;
-  check(ucp_ep_create(worker_, &p, &slot.ep), "ucp_ep_create to rank " + std::to_string(peer));
+  const ucs_status_t status = ucp_ep_create(worker_, &p, &slot.ep);
+  if (status != UCS_OK && liveness_.gone_or_exiting(peer)) throw gone();
+  check(status, "ucp_ep_create to rank " + std::to_string(peer));
   ++endpoints_created_;
-  if (auto gone = liveness_.watch(peer)) {
-    slot.failure = gone;
+  if (auto exited = liveness_.watch(peer)) {
+    slot.failure = exited;
     close_failed_ = true;
   }
   return slot.ep;

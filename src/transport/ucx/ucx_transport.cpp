@@ -289,9 +289,10 @@ void UcxTransport::wait_fds(std::vector<pollfd>& fds) {
 std::optional<std::string> UcxTransport::peer_failure(int peer) {
   if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return std::nullopt;
   PeerSlot& slot = *peers_[peer];
-  if (!slot.failure) {
-    slot.failure = liveness_.failure(peer);
-    if (slot.failure) close_failed_ = true;
+  // Which process exited says more than the connection's error that may have come first.
+  if (auto exited = liveness_.failure(peer); exited && slot.failure != exited) {
+    slot.failure = std::move(exited);
+    close_failed_ = true;
   }
   return slot.failure;
 }
