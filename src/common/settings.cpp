@@ -106,6 +106,10 @@ std::vector<Spec> make_registry() {
   r.push_back(count_spec("RDMACOLL_IB_TIMEOUT", Scope::Rank, "20", 1, 31,
                          "ACK timeout exponent (4.096 us x 2^n)"));
   r.push_back(count_spec("RDMACOLL_IB_RETRY_CNT", Scope::Rank, "7", 0, 7, "ACK retries"));
+  r.push_back(choice_spec("RDMACOLL_IB_MTU", Scope::Rank,
+                          {"auto", "256", "512", "1024", "2048", "4096"},
+                          "largest path MTU (bytes) of this rank's QPs; a pair uses the smaller of "
+                          "its two ranks' (`auto`: the port's active MTU)"));
   r.push_back(count_spec("RDMACOLL_IB_CHUNK", Scope::Rank, "1 MiB", 4096, 1024 * kMiB,
                          "largest RDMA write (bytes); bigger chunks go as several"));
   r.push_back(count_spec("RDMACOLL_IB_QPS_PER_PEER", Scope::Job, "1", 1, 16,

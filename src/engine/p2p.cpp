@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -93,9 +94,12 @@ PointToPoint::~PointToPoint() {
   {
     std::lock_guard lock(mu_);
     for (auto& op : ops_) {
-      fail(*op,
-           std::make_exception_ptr(PeerFailure(op->what() + ": the process group was destroyed")),
-           done);
+      std::optional<std::string> gone;
+      if (op->peer >= 0 && op->peer != op->me) gone = t_.peer_failure(op->global(op->peer));
+      const std::string why =
+          gone ? "rank " + std::to_string(op->global(op->peer)) + " is gone: " + *gone
+               : std::string("the process group was destroyed");
+      fail(*op, std::make_exception_ptr(PeerFailure(op->what() + ": " + why)), done);
     }
     ops_.clear();
   }

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -121,6 +122,25 @@ TEST(VerbsFlowControl, LargeIsendsBothWaysPastEveryCreditArriveInOrder) {
 
 TEST(VerbsFlowControl, LargeIsendsBothWaysPastEveryCreditArriveInOrderWithoutEagerSlots) {
   run_floods(large_floods(), "0");
+}
+
+// Rank 0 caps its path MTU at 256 bytes (RDMACOLL_IB_MTU), rank 1 keeps the port's (1024 on
+// rxe): both ends must take the smaller, or the capped end drops every packet above its MTU and
+// the pair stalls in retries. Multi-packet writes and eager messages, every element checked.
+TEST(VerbsWire, RanksWithDifferentMtuCapsAgreeOnThePathAndGatherRight) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        if (rank == 0) ::setenv("RDMACOLL_IB_MTU", "256", 1);
+        init_process_group();
+        require_verbs();
+        for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70000}, int64_t{1} << 18})
+          gather_and_check({}, n, DType::Float32, DType::Float32, n % 2 == 0);
+        destroy_process_group();
+      },
+      opt));
 }
 
 }  // namespace

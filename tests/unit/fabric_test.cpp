@@ -139,5 +139,24 @@ TEST(FabricFromTables, GidTextShowsIPv4Dotted) {
   EXPECT_EQ(gid_text(v6("fd00::5")), "fd00::5");
 }
 
+// Both ends of a pair compute the path MTU from the same two advertised values: the same
+// result on either side, and never above either end's cap.
+TEST(FabricFromTables, APairAgreesOnTheSmallerMtuAndACapLowersIt) {
+  EXPECT_EQ(advertised_mtu(IBV_MTU_4096, 0), IBV_MTU_4096);
+  EXPECT_EQ(advertised_mtu(IBV_MTU_4096, 2048), IBV_MTU_2048);
+  EXPECT_EQ(advertised_mtu(IBV_MTU_4096, 1024), IBV_MTU_1024);
+  EXPECT_EQ(advertised_mtu(IBV_MTU_1024, 4096), IBV_MTU_1024);  // a cap never raises it
+  EXPECT_EQ(advertised_mtu(IBV_MTU_4096, 256), IBV_MTU_256);
+  for (int a = IBV_MTU_256; a <= IBV_MTU_4096; ++a) {
+    for (int b = IBV_MTU_256; b <= IBV_MTU_4096; ++b) {
+      EXPECT_EQ(path_mtu(a, b), path_mtu(b, a));
+      EXPECT_EQ(path_mtu(a, b), std::min(a, b));
+    }
+  }
+  // A value off the table from a peer still gives a valid ibv_mtu.
+  EXPECT_EQ(path_mtu(IBV_MTU_4096, 0), IBV_MTU_256);
+  EXPECT_EQ(path_mtu(IBV_MTU_4096, 9), IBV_MTU_4096);
+}
+
 }  // namespace
 }  // namespace rdmacoll::transport::fabric

@@ -49,7 +49,10 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   WireInfo info{};
   std::memcpy(info.gid, gid_.raw, 16);
   info.lid = port_attr_.lid;
-  info.mtu = static_cast<uint8_t>(port_attr_.active_mtu);
+  const std::string mtu_cap = settings::choice("RDMACOLL_IB_MTU");
+  info.mtu = static_cast<uint8_t>(
+      fabric::advertised_mtu(port_attr_.active_mtu, mtu_cap == "auto" ? 0 : std::stoull(mtu_cap)));
+  mtu_ = info.mtu;
   info.link_layer = port_attr_.link_layer;
   info.lanes = static_cast<uint8_t>(lanes_);
   info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
@@ -340,7 +343,7 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
                "INIT");
   a = {};
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = static_cast<ibv_mtu>(std::min<int>(info.mtu, port_attr_.active_mtu));
+  a.path_mtu = static_cast<ibv_mtu>(fabric::path_mtu(mtu_, info.mtu));
   a.dest_qp_num = their_qpn;
   a.rq_psn = psn;
   a.max_dest_rd_atomic = 1;

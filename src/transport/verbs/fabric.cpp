@@ -183,4 +183,15 @@ std::string incompatibility(const PortIdentity& mine, const PortIdentity& peer,
   return "";
 }
 
+int advertised_mtu(int active_mtu, uint64_t cap_bytes) {
+  int mtu = std::clamp(active_mtu, 1, 5);
+  while (cap_bytes && mtu > 1 && (uint64_t{128} << mtu) > cap_bytes)
+    --mtu;
+  return mtu;
+}
+
+int path_mtu(int mine, int theirs) {
+  return std::clamp(std::min(mine, theirs), 1, 5);
+}
+
 }  // namespace rdmacoll::transport::fabric

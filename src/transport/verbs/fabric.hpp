@@ -69,8 +69,15 @@ struct PortIdentity {
 // partitions, or both limited members of one (the switch and the HCAs drop what crosses); on
 // InfiniBand, different subnet prefixes (rdmacoll addresses the peer's LID, not a router's).
 // Without this such a pair fails only when its QPs exhaust their retries (about 34 s). MTUs may
-// differ: the path uses the smaller.
+// differ: the path uses the smaller (path_mtu).
 std::string incompatibility(const PortIdentity& mine, const PortIdentity& peer,
                             const std::string& peer_name);
+
+// MTUs as ibv_mtu numbers (1..5: 256..4096 bytes). A rank advertises its port's active MTU,
+// capped by RDMACOLL_IB_MTU (`cap_bytes`, 0: none; a fabric whose switches carry less than the
+// ports report, or a RoCE path with a smaller Ethernet MTU); both ends of a pair take the smaller
+// of the two advertised, so they agree, as a receiver drops packets above its own path MTU.
+int advertised_mtu(int active_mtu, uint64_t cap_bytes);
+int path_mtu(int mine, int theirs);
 
 }  // namespace rdmacoll::transport::fabric

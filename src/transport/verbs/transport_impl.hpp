@@ -412,6 +412,7 @@ class VerbsTransport final : public Transport {
   verbs_handles::Context ctx_;
   VerbsDeviceChoice choice_;
   ibv_port_attr port_attr_{};
+  int mtu_ = 1;  // advertised (fabric::advertised_mtu); a pair's path takes the smaller
   ibv_gid gid_{};
   verbs_handles::ProtectionDomain pd_;
   verbs_handles::CompletionChannel channel_;
