@@ -155,7 +155,10 @@ void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& 
     g.host_of.assign(members.size(), 0);  // flat: no schedule knows hosts
   } else {
     g.order = topology::interleaved_order(layout);
-    g.ring_order = topology::host_major_order(layout);
+    std::vector<std::string> rails;
+    for (const auto& m : members)
+      rails.push_back(m.nic);
+    g.ring_order = topology::rail_ring_order(layout, rails);
   }
 }
 

@@ -82,4 +82,15 @@ std::vector<int> interleaved_order(const Layout& layout);
 // pass around the ring crosses hosts only N times.
 std::vector<int> host_major_order(const Layout& layout);
 
+// The ring's order with rails in mind: host-major as above (hosts in the same order, each
+// host's ranks contiguous), but inside each host the rank the ring enters by and the one it
+// leaves by are chosen so that every edge between hosts joins two ranks on the same rail
+// (`rail_of[rank]`: its NIC's name, the same name being the same rail on every host, as NCCL
+// assumes; "" for none). On rail-isolated fabrics an edge across rails is unreachable. Between
+// them a host's ranks go rail by rail. Every edge can be kept on one rail when each host has
+// two ranks on a rail all hosts share (or one rank in all), and with an even number of hosts
+// when it has one rank per rail (the ring snakes); otherwise one edge crosses. Without rails
+// this is host_major_order.
+std::vector<int> rail_ring_order(const Layout& layout, const std::vector<std::string>& rail_of);
+
 }  // namespace rdmacoll::topology

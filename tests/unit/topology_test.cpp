@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "schedule/simulate.hpp"
@@ -43,6 +45,100 @@ TEST(Topology, LayoutAndOrders) {
   const auto u = topology::layout_of({"x", "y", "x", "x"});
   EXPECT_EQ(topology::interleaved_order(u), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(topology::host_major_order(u), (std::vector<int>{0, 2, 3, 1}));
+}
+
+// The ring's edges between hosts that join two different rails (the wrap-around included).
+int rail_crossings(const topology::Layout& l, const std::vector<std::string>& rail,
+                   const std::vector<int>& order) {
+  int n = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int a = order[i], b = order[(i + 1) % order.size()];
+    n += l.host_of[a] != l.host_of[b] && rail[a] != rail[b];
+  }
+  return n;
+}
+
+// `hosts` hosts of `per_rail` x `rails` ranks, the local rank picking the rail round-robin (as
+// the NIC choice does for unbound ranks).
+std::pair<topology::Layout, std::vector<std::string>> railed(int hosts, int rails, int per_rail) {
+  std::vector<std::string> names, rail;
+  for (int h = 0; h < hosts; ++h) {
+    for (int i = 0; i < rails * per_rail; ++i) {
+      names.push_back("host" + std::to_string(h));
+      rail.push_back("mlx5_" + std::to_string(i % rails));
+    }
+  }
+  return {topology::layout_of(names), rail};
+}
+
+// Each host's ranks stay contiguous, hosts in host-major order, every rank once.
+void expect_host_major_shape(const topology::Layout& l, const std::vector<int>& order) {
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    ASSERT_EQ(sorted[i], static_cast<int>(i));
+  for (size_t i = 1; i < order.size(); ++i)
+    ASSERT_LE(l.host_of[order[i - 1]], l.host_of[order[i]]) << "hosts not contiguous in order";
+}
+
+TEST(Topology, TheRingCrossesBetweenHostsOnOneRailWhereTheRailsAllowIt) {
+  struct Case {
+    int hosts, rails, per_rail, crossings;
+  };
+  for (const Case c :
+       {Case{2, 2, 1, 0}, Case{4, 8, 1, 0}, Case{6, 2, 1, 0}, Case{3, 2, 1, 1}, Case{5, 4, 1, 1},
+        Case{3, 2, 2, 0}, Case{5, 8, 4, 0}, Case{3, 1, 4, 0}, Case{1, 2, 1, 0}}) {
+    const auto [l, rail] = railed(c.hosts, c.rails, c.per_rail);
+    const auto order = topology::rail_ring_order(l, rail);
+    expect_host_major_shape(l, order);
+    EXPECT_EQ(rail_crossings(l, rail, order), c.crossings)
+        << c.hosts << " hosts, " << c.rails << " rails, " << c.per_rail << " per rail";
+    // Host-major order, rail-blind, crosses at nearly every host boundary.
+    if (c.rails > 1 && c.hosts > 1) {
+      EXPECT_GT(rail_crossings(l, rail, topology::host_major_order(l)), c.crossings);
+    }
+  }
+  // No NICs, or one per host: host-major order itself.
+  const auto l = topology::layout_of(host_major_names(3, 4));
+  EXPECT_EQ(topology::rail_ring_order(l, std::vector<std::string>(12, "")),
+            topology::host_major_order(l));
+  EXPECT_EQ(topology::rail_ring_order(l, std::vector<std::string>(12, "mlx5_0")),
+            topology::host_major_order(l));
+}
+
+// Random layouts and rails (some hosts lacking some rails): always a host-major permutation,
+// and no crossing where every host has two ranks on the first rail all hosts share.
+TEST(Topology, RailRingOrdersOfRandomLayoutsAreHostMajorPermutations) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const auto l = random_layout(rng);
+    const int rails = 1 + static_cast<int>(rng() % 4);
+    std::vector<std::string> rail;
+    for (size_t r = 0; r < l.host_of.size(); ++r)
+      rail.push_back("mlx5_" + std::to_string(rng() % rails));
+    const auto order = topology::rail_ring_order(l, rail);
+    expect_host_major_shape(l, order);
+    std::map<std::pair<int, std::string>, int> count;
+    for (size_t r = 0; r < rail.size(); ++r)
+      ++count[{l.host_of[r], rail[r]}];
+    bool two_everywhere = false;
+    for (int k = 0; k < rails && !two_everywhere; ++k) {
+      const std::string name = "mlx5_" + std::to_string(k);
+      bool all = true;
+      bool first_shared = true;
+      for (int h = 0; h < l.hosts; ++h) {
+        all = all && count[{h, name}] >= 2;
+        first_shared = first_shared && count[{h, name}] >= 1;
+      }
+      if (first_shared) {
+        two_everywhere = all;
+        break;
+      }
+    }
+    if (two_everywhere) {
+      EXPECT_EQ(rail_crossings(l, rail, order), 0) << "trial " << trial;
+    }
+  }
 }
 
 TEST(Topology, PlacementRoundTrip) {
