@@ -29,13 +29,15 @@ TEST(VerbsEagerSlot, PacksAndReadsBackEveryLength) {
     ++number;
     const auto data = payload_of(n, static_cast<uint8_t>(number));
     ASSERT_LE(framed_bytes(n), kSlotBytes) << n;
-    pack(slot.data(), number, 0xabcdef0000 + n, data.data(), n, static_cast<uint32_t>(n * 3));
+    pack(slot.data(), number, 0xabcdef0000 + n, data.data(), n, static_cast<uint32_t>(n * 3),
+         static_cast<uint16_t>(0xfff0 + number));
     EXPECT_FALSE(read(slot.data(), number - 1)) << "the previous number must not match";
     EXPECT_FALSE(read(slot.data(), number + 1)) << "the next number must not match yet";
     const auto m = read(slot.data(), number);
     ASSERT_TRUE(m) << n;
     EXPECT_EQ(m->tag, 0xabcdef0000 + n);
     EXPECT_EQ(m->credit, n * 3);
+    EXPECT_EQ(m->receives, static_cast<uint16_t>(0xfff0 + number));
     ASSERT_EQ(m->payload.size(), n);
     EXPECT_TRUE(std::equal(data.begin(), data.end(), m->payload.begin())) << n;
   }
@@ -124,6 +126,21 @@ TEST(VerbsEagerSlot, CreditWidensBackAcrossTheWrap) {
     // the credit already known, which only grows).
     const uint64_t lie = widen_credit(static_cast<uint32_t>(sent + 1), sent);
     EXPECT_TRUE(lie > sent || lie + kMaxSlots < sent) << sent << " widened a lie to " << lie;
+  }
+}
+
+// Receive credits ride on messages as their low 16 bits; the sender, having made `used`
+// receive-taking requests, widens them back from anywhere within 256 below `used` (its grant
+// is at most 8), across the 2^16 boundary too; a lie from above `used` widens out of that range.
+TEST(VerbsEagerSlot, ReceiveCreditsWidenBackAcrossTheWrap) {
+  for (uint64_t used : {uint64_t{0}, uint64_t{3}, uint64_t{1} << 16, (uint64_t{1} << 16) + 2,
+                        (uint64_t{9} << 32) - 1, ~uint64_t{0} >> 1}) {
+    for (uint64_t back = 0; back <= 256 && back <= used; ++back) {
+      const uint64_t count = used - back;
+      EXPECT_EQ(widen_receives(static_cast<uint16_t>(count), used), count) << used << " " << back;
+    }
+    const uint64_t lie = widen_receives(static_cast<uint16_t>(used + 1), used);
+    EXPECT_TRUE(lie > used || lie + 256 < used) << used << " widened a lie to " << lie;
   }
 }
 

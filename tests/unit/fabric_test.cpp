@@ -2,6 +2,7 @@
 // report them (no RDMA device here: the tables stand in for the queries below the interface).
 
 #include "transport/verbs/fabric.hpp"
+#include "transport/verbs/port_watch.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -156,6 +157,35 @@ TEST(FabricFromTables, APairAgreesOnTheSmallerMtuAndACapLowersIt) {
   // A value off the table from a peer still gives a valid ibv_mtu.
   EXPECT_EQ(path_mtu(IBV_MTU_4096, 0), IBV_MTU_256);
   EXPECT_EQ(path_mtu(IBV_MTU_4096, 9), IBV_MTU_4096);
+}
+
+// A port that goes down is waited for up to the retry budget, and a flap inside it is no
+// failure; repeated PORT_ERR events do not move the outage's start; after giving up, a new
+// outage starts afresh.
+TEST(PortWatch, ADownPortFailsThePeersOnlyPastTheRetryBudget) {
+  using namespace std::chrono_literals;
+  using verbs_impl::PortWatch;
+  const PortWatch::Clock::time_point t0{};
+  PortWatch w(1000ms);
+  EXPECT_FALSE(w.down());
+  EXPECT_FALSE(w.past_budget(t0 + 1h));
+  EXPECT_FALSE(w.came_up(t0).has_value());
+  EXPECT_TRUE(w.went_down(t0));
+  EXPECT_FALSE(w.went_down(t0 + 500ms));  // the same outage
+  EXPECT_TRUE(w.down());
+  EXPECT_FALSE(w.past_budget(t0 + 999ms));
+  EXPECT_TRUE(w.past_budget(t0 + 1000ms));
+  const auto lasted = w.came_up(t0 + 1200ms);  // a flap: back before the peers were failed
+  ASSERT_TRUE(lasted.has_value());
+  EXPECT_EQ(*lasted, 1200ms);
+  EXPECT_FALSE(w.down());
+  EXPECT_FALSE(w.past_budget(t0 + 1h));
+  EXPECT_TRUE(w.went_down(t0 + 2s));
+  EXPECT_TRUE(w.past_budget(t0 + 3s));
+  w.gave_up();
+  EXPECT_FALSE(w.down());
+  EXPECT_TRUE(w.went_down(t0 + 10s));
+  EXPECT_FALSE(w.past_budget(t0 + 10s + 999ms));
 }
 
 }  // namespace

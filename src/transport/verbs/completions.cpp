@@ -39,7 +39,10 @@ void VerbsTransport::handle(const ibv_wc& wc) {
                             " (a broken or hostile peer)");
       return;
     }
-    if (c.arrived - c.handed_back == 1) owing_.push_back(peer);
+    if (!c.listed_owing) {
+      c.listed_owing = true;
+      owing_.push_back(peer);
+    }
     if (wc.status != IBV_WC_SUCCESS && lane < lanes_ && !peers_[peer].failure) {
       // A data QP's receive flushed: that QP went to ERR under a refused write (see
       // data_lane_recoverable); the pair's data QPs are reset, the peer stays.
@@ -52,8 +55,8 @@ void VerbsTransport::handle(const ibv_wc& wc) {
     }
     if (wc.status != IBV_WC_SUCCESS) {
       mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
-                            "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
-                            " QP from rank " + std::to_string(peer));
+                            "' (status " + std::to_string(wc.status) + ") on " +
+                            dev_.choice.device + " QP from rank " + std::to_string(peer));
       return;
     }
     handle_receive(wc, peer, lane, id);
@@ -67,7 +70,7 @@ void VerbsTransport::handle(const ibv_wc& wc) {
               "(a broken peer, or a queue oversubscribed past its capacity)"
             : "";
     mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
-                          "' (status " + std::to_string(wc.status) + ") on " + choice_.device +
+                          "' (status " + std::to_string(wc.status) + ") on " + dev_.choice.device +
                           " QP to rank " + std::to_string(peer) + hint);
     complete_through(peer, lane, id, false);
     return;
@@ -187,49 +190,34 @@ void VerbsTransport::fail_all_of(int peer) {
   }
 }
 
-// A port that goes down is not a failure yet: a link retraining, a cable reseated or a subnet
-// manager's sweep brings it back within seconds, and RC retries (RDMACOLL_IB_TIMEOUT x
-// (RDMACOLL_IB_RETRY_CNT + 1)) ride that out, as NCCL's net_ib treats PORT_ERR. Peers fail
-// through their completions' errors, or all together when the port is not ACTIVE again within
-// that retry budget.
-std::chrono::milliseconds VerbsTransport::port_budget() const {
-  const double seconds =
-      4.096e-6 * static_cast<double>(uint64_t{1} << fabric_.timeout) * (fabric_.retry_count + 1);
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
+// The port's outages: port_watch.hpp says why a down port is a warning first.
 void VerbsTransport::on_port_down() {
   ++counters_.port_down_events;
-  if (port_down_since_) return;
-  port_down_since_ = Clock::now();
-  log::warn("verbs: " + choice_.device + ":" + std::to_string(choice_.port) +
-            " went down; work waits for it up to the retry budget of " +
-            std::to_string(port_budget().count()) +
-            " ms (RDMACOLL_IB_TIMEOUT, RDMACOLL_IB_RETRY_CNT)");
+  if (!port_.went_down(Clock::now())) return;
+  log::warn(
+      "verbs: " + dev_.port_name() + " went down; work waits for it up to the retry budget of " +
+      std::to_string(port_.budget().count()) + " ms (RDMACOLL_IB_TIMEOUT, RDMACOLL_IB_RETRY_CNT)");
 }
 
 void VerbsTransport::on_port_active() {
-  if (!port_down_since_) return;
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *port_down_since_);
-  port_down_since_.reset();
-  log::warn("verbs: " + choice_.device + ":" + std::to_string(choice_.port) +
-            " is active again after " + std::to_string(ms.count()) + " ms");
+  if (const auto lasted = port_.came_up(Clock::now())) {
+    log::warn("verbs: " + dev_.port_name() + " is active again after " +
+              std::to_string(lasted->count()) + " ms");
+  }
 }
 
 void VerbsTransport::check_port(Clock::time_point now) {
-  if (!port_down_since_ || now - *port_down_since_ < port_budget()) return;
+  if (!port_.past_budget(now)) return;
   ibv_port_attr a{};
-  if (ibv_query_port(ctx_, choice_.port, &a) == 0 && a.state == IBV_PORT_ACTIVE) {
+  if (ibv_query_port(dev_.ctx, dev_.choice.port, &a) == 0 && a.state == IBV_PORT_ACTIVE) {
     on_port_active();  // its event was missed
     return;
   }
-  const std::string why = choice_.device + ":" + std::to_string(choice_.port) +
-                          " has been down for longer than the retry budget of " +
-                          std::to_string(port_budget().count()) +
+  const std::string why = dev_.port_name() + " has been down for longer than the retry budget of " +
+                          std::to_string(port_.budget().count()) +
                           " ms (RDMACOLL_IB_TIMEOUT, RDMACOLL_IB_RETRY_CNT): check the link "
                           "(ibv_devinfo, the switch port)";
-  port_down_since_.reset();
+  port_.gave_up();
   for (int r = 0; r < world_; ++r) {
     if (r != me_) mark_failed(r, why);
   }
@@ -240,7 +228,7 @@ bool VerbsTransport::drain_async() {
   bool any = false;
   for (;;) {
     ++counters_.event_syscalls;
-    if (ibv_get_async_event(ctx_, &ev) != 0) break;
+    if (ibv_get_async_event(dev_.ctx, &ev) != 0) break;
     any = true;
     std::string what = ibv_event_type_str(ev.event_type);
     const bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL ||
@@ -251,8 +239,8 @@ bool VerbsTransport::drain_async() {
       const auto it = std::find_if(lanes.begin(), lanes.end(),
                                    [&](const Lane& l) { return l.qp == ev.element.qp; });
       if (it == lanes.end()) continue;
-      const std::string why =
-          "async event '" + what + "' on " + choice_.device + " QP to rank " + std::to_string(r);
+      const std::string why = "async event '" + what + "' on " + dev_.choice.device +
+                              " QP to rank " + std::to_string(r);
       // A write the peer made with a key we no longer hold (its call outlived ours): the
       // responder's QP went to ERR, the pair is healthy.
       const bool data_lane = it - lanes.begin() < lanes_;
@@ -263,15 +251,15 @@ bool VerbsTransport::drain_async() {
       }
     }
     // A port event concerns us only on our port (a dual-port HCA's other port may go down).
-    const bool our_port = ev.element.port_num == choice_.port;
+    const bool our_port = ev.element.port_num == dev_.choice.port;
     if (ev.event_type == IBV_EVENT_PORT_ERR && our_port) on_port_down();
     if (ev.event_type == IBV_EVENT_PORT_ACTIVE && our_port) on_port_active();
-    const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq_;
+    const bool our_cq_lost = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == dev_.cq;
     const bool our_srq_lost = ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq_;
     if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq_) on_receive_limit();
     if (ev.event_type == IBV_EVENT_DEVICE_FATAL || our_cq_lost || our_srq_lost) {
       for (int r = 0; r < world_; ++r) {
-        if (r != me_) mark_failed(r, "async event '" + what + "' on " + choice_.device);
+        if (r != me_) mark_failed(r, "async event '" + what + "' on " + dev_.choice.device);
       }
     }
     ibv_ack_async_event(&ev);

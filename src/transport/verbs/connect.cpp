@@ -9,15 +9,12 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   me_ = my_rank;
   world_ = world_size;
   const uint64_t peers = static_cast<uint64_t>(std::max(world_size - 1, 0));
-  // Ranks of a host spread their completion interrupts over the device's vectors.
-  const int vector = my_rank % std::max(1, ctx_->num_comp_vectors);
   cq_size_ = verbs_plan::cq_entries(peers, static_cast<uint64_t>(qps_per_peer()));
-  cq_ = ibv_create_cq(ctx_, static_cast<int>(cq_size_), nullptr, channel_, vector);
-  if (!cq_) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
+  dev_.create_cq(cq_size_, my_rank);
   // Every QP takes its receives from one shared queue, as UCX's RC transports do; each peer is
   // granted its share when it connects (receive_credits.hpp).
   ibv_device_attr dattr{};
-  if (ibv_query_device(ctx_, &dattr) != 0)
+  if (ibv_query_device(dev_.ctx, &dattr) != 0)
     throw TransportError("verbs: ibv_query_device failed: " + errno_text(errno));
   // The test hook holds the queue small enough for its limit event to fire with a few peers.
   const uint64_t device_max =
@@ -34,31 +31,28 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   ibv_srq_init_attr srq_attr{};
   srq_attr.attr.max_wr = static_cast<uint32_t>(receive_capacity_);
   srq_attr.attr.max_sge = 1;
-  srq_ = ibv_create_srq(pd_, &srq_attr);
+  srq_ = ibv_create_srq(dev_.pd, &srq_attr);
   if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
   // One registered pool for the shared send buffers.
   ctrl_pool_.assign(kSendBuffers * kCtrlBytes, 0);
   ctrl_mr_ = std::make_unique<MrEntry>();
   constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
-  ctrl_mr_->mr = ibv_reg_mr(pd_, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
+  ctrl_mr_->mr = ibv_reg_mr(dev_.pd, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
   if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
   for (int s = 0; s < kSendBuffers; ++s)
     free_send_.push_back(s);
   peers_.resize(world_size);
   Bytes wire(sizeof(WireInfo));
   WireInfo info{};
-  std::memcpy(info.gid, gid_.raw, 16);
-  info.lid = port_attr_.lid;
-  const std::string mtu_cap = settings::choice("RDMACOLL_IB_MTU");
-  info.mtu = static_cast<uint8_t>(
-      fabric::advertised_mtu(port_attr_.active_mtu, mtu_cap == "auto" ? 0 : std::stoull(mtu_cap)));
-  mtu_ = info.mtu;
-  info.link_layer = port_attr_.link_layer;
+  std::memcpy(info.gid, dev_.gid.raw, 16);
+  info.lid = dev_.port.lid;
+  info.mtu = static_cast<uint8_t>(dev_.mtu);
+  info.link_layer = dev_.port.link_layer;
   info.lanes = static_cast<uint8_t>(lanes_);
   info.piece_bytes = static_cast<uint32_t>(piece_bytes_);
-  info.gid_type = static_cast<uint8_t>(fabric_.gid_type);
-  info.pkey = fabric_.pkey;
-  const std::string device = choice_.device + ":" + std::to_string(choice_.port);
+  info.gid_type = static_cast<uint8_t>(dev_.fabric.gid_type);
+  info.pkey = dev_.fabric.pkey;
+  const std::string device = dev_.choice.device + ":" + std::to_string(dev_.choice.port);
   std::snprintf(info.device, sizeof info.device, "%s", device.c_str());
   std::memcpy(wire.data(), &info, sizeof info);
   return encode_peer_address(static_cast<uint32_t>(::getpid()), host_key(), wire);
@@ -89,7 +83,7 @@ void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
                            std::to_string(info.piece_bytes) + " bytes (RDMACOLL_IB_CHUNK)");
     }
     const std::string clash =
-        fabric::incompatibility(identity(), identity_of(info), "rank " + std::to_string(r));
+        fabric::incompatibility(dev_.identity(), identity_of(info), "rank " + std::to_string(r));
     if (!clash.empty()) throw TransportError("verbs: " + clash);
     peers_[r].info = info;
   }
@@ -103,17 +97,17 @@ void VerbsTransport::connect(int my_rank, const std::vector<Bytes>& addresses) {
 
 uint32_t VerbsTransport::create_qp(Lane& lane) {
   ibv_qp_init_attr a{};
-  a.send_cq = cq_;
-  a.recv_cq = cq_;
+  a.send_cq = dev_.cq;
+  a.recv_cq = dev_.cq;
   a.qp_type = IBV_QPT_RC;
   a.srq = srq_;
   a.cap.max_send_wr = kSendDepth;
   a.cap.max_send_sge = 1;
   a.cap.max_inline_data = inline_max_ == 0 ? 0 : kWantInline;
-  lane.qp = ibv_create_qp(pd_, &a);
+  lane.qp = ibv_create_qp(dev_.pd, &a);
   if (!lane.qp && a.cap.max_inline_data > 0) {  // the device offers no inline data
     a.cap.max_inline_data = 0;
-    lane.qp = ibv_create_qp(pd_, &a);
+    lane.qp = ibv_create_qp(dev_.pd, &a);
   }
   if (!lane.qp) throw TransportError("verbs: ibv_create_qp failed: " + errno_text(errno));
   inline_max_ = std::min(inline_max_, a.cap.max_inline_data);
@@ -128,69 +122,6 @@ uint32_t VerbsTransport::create_qp(Lane& lane) {
               "message's checksum either way");
   }
   return lane.qp->qp_num;
-}
-
-void VerbsTransport::read_fabric_settings() {
-  FabricSettings f;
-  const int sysfs_tc = sysfs_traffic_class(choice_.device, choice_.port);
-  f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
-  f.service_level = env_int("RDMACOLL_IB_SL", 0);
-  f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
-  f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
-  f.grh_required = (port_attr_.flags & IBV_QPF_GRH_REQUIRED) != 0;
-  if (const uint16_t want = env_pkey()) {
-    std::vector<uint16_t> table;
-    for (int i = 0; i < port_attr_.pkey_tbl_len; ++i) {
-      __be16 pkey = 0;
-      if (ibv_query_pkey(ctx_, choice_.port, i, &pkey) != 0) break;
-      table.push_back(ntohs(pkey));
-    }
-    f.pkey_index = fabric::select_pkey_index(table, want);
-    if (f.pkey_index < 0) {
-      throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
-                           " (RDMACOLL_IB_PKEY) is not in " + choice_.device + ":" +
-                           std::to_string(choice_.port) + "'s P_Key table of " +
-                           std::to_string(table.size()) + " entries");
-    }
-  }
-  __be16 pkey = 0;
-  if (ibv_query_pkey(ctx_, choice_.port, f.pkey_index, &pkey) == 0) f.pkey = ntohs(pkey);
-  std::array<uint8_t, 16> g{};
-  std::memcpy(g.data(), gid_.raw, 16);
-  ibv_gid_entry entry{};
-  const bool typed = ibv_query_gid_ex(ctx_, choice_.port, choice_.gid_index, &entry, 0) == 0;
-  if (typed) {
-    f.gid_type = entry.gid_type == IBV_GID_TYPE_ROCE_V2   ? fabric::GidType::RoCEv2
-                 : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? fabric::GidType::RoCEv1
-                                                          : fabric::GidType::IB;
-  }
-  fabric_ = f;
-  const char* type = !typed                                   ? "?"
-                     : entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
-                     : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
-                                                              : "IB";
-  log::info("verbs: " + choice_.device + ":" + std::to_string(choice_.port) + " GID index " +
-            std::to_string(choice_.gid_index) + " " + fabric::gid_text(g) + " (" + type +
-            "), traffic class " + std::to_string(f.traffic_class) +
-            (env("RDMACOLL_IB_TC") ? " (RDMACOLL_IB_TC)"
-             : sysfs_tc >= 0       ? " (sysfs)"
-                                   : "") +
-            ", SL " + std::to_string(f.service_level) + ", P_Key index " +
-            std::to_string(f.pkey_index) + ", MTU " + std::to_string(128 << port_attr_.active_mtu) +
-            ", timeout " + std::to_string(f.timeout) + ", retry " + std::to_string(f.retry_count) +
-            ", writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
-            std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") +
-            " per peer, and one for control" + (f.grh_required ? ", GRH required" : ""));
-}
-
-fabric::PortIdentity VerbsTransport::identity() const {
-  fabric::PortIdentity id;
-  id.nic = choice_.device + ":" + std::to_string(choice_.port);
-  id.link_layer = port_attr_.link_layer;
-  id.gid_type = fabric_.gid_type;
-  id.pkey = fabric_.pkey;
-  std::memcpy(id.gid.data(), gid_.raw, 16);
-  return id;
 }
 
 fabric::PortIdentity VerbsTransport::identity_of(const WireInfo& info) {
@@ -336,31 +267,31 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
   ibv_qp* qp = peers_[r].lanes[lane].qp;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = static_cast<uint16_t>(fabric_.pkey_index);
-  a.port_num = static_cast<uint8_t>(choice_.port);
+  a.pkey_index = static_cast<uint16_t>(dev_.fabric.pkey_index);
+  a.port_num = static_cast<uint8_t>(dev_.choice.port);
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
   check_modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, r,
                "INIT");
   a = {};
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = static_cast<ibv_mtu>(fabric::path_mtu(mtu_, info.mtu));
+  a.path_mtu = static_cast<ibv_mtu>(fabric::path_mtu(dev_.mtu, info.mtu));
   a.dest_qp_num = their_qpn;
   a.rq_psn = psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
-  a.ah_attr.port_num = static_cast<uint8_t>(choice_.port);
+  a.ah_attr.port_num = static_cast<uint8_t>(dev_.choice.port);
   a.ah_attr.dlid = info.lid;
-  a.ah_attr.sl = static_cast<uint8_t>(fabric_.service_level);
+  a.ah_attr.sl = static_cast<uint8_t>(dev_.fabric.service_level);
   std::array<uint8_t, 16> mine{}, theirs{};
-  std::memcpy(mine.data(), gid_.raw, 16);
+  std::memcpy(mine.data(), dev_.gid.raw, 16);
   std::memcpy(theirs.data(), info.gid, 16);
-  if (fabric::needs_grh(port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET, fabric_.grh_required,
+  if (fabric::needs_grh(dev_.port.link_layer == IBV_LINK_LAYER_ETHERNET, dev_.fabric.grh_required,
                         info.lid, mine, theirs)) {
     a.ah_attr.is_global = 1;
     std::memcpy(a.ah_attr.grh.dgid.raw, info.gid, 16);
-    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(choice_.gid_index);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(dev_.choice.gid_index);
     a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.grh.traffic_class = static_cast<uint8_t>(fabric_.traffic_class);
+    a.ah_attr.grh.traffic_class = static_cast<uint8_t>(dev_.fabric.traffic_class);
   }
   check_modify(qp, a,
                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -368,8 +299,8 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
                r, "RTR");
   a = {};
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = static_cast<uint8_t>(fabric_.timeout);
-  a.retry_cnt = static_cast<uint8_t>(fabric_.retry_count);
+  a.timeout = static_cast<uint8_t>(dev_.fabric.timeout);
+  a.retry_cnt = static_cast<uint8_t>(dev_.fabric.retry_count);
   // Finite: with receive credits the shared queue never runs dry, so a peer that keeps saying
   // "receiver not ready" is broken, and the exhausted retry marks it failed (7 would retry
   // forever and stall everything behind it on the QP, keepalives included).
@@ -384,7 +315,7 @@ void VerbsTransport::bring_up(int r, int lane, const WireInfo& info, uint32_t th
 
 void VerbsTransport::check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state) {
   if (const int e = ibv_modify_qp(qp, &a, mask)) {
-    throw TransportError("verbs: QP to rank " + std::to_string(r) + " on " + choice_.device +
+    throw TransportError("verbs: QP to rank " + std::to_string(r) + " on " + dev_.choice.device +
                          " cannot reach " + state + ": " + errno_text(e));
   }
 }

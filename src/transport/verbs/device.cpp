@@ -2,7 +2,11 @@
 // fork safety, and the verbs settings read before any QP exists.
 #include "transport/verbs/device.hpp"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -212,6 +216,141 @@ OpenDevice open_device(const std::string& preferred) {
                         (seen.empty() ? "" : "; seen:" + seen);
   }
   return out;
+}
+
+void check_settings() {
+  (void)env_pkey();
+  if (const char* f = env("RDMACOLL_IB_ADDR_FAMILY"); f && !fabric::parse_addr_family(f)) {
+    throw InvalidArgument(std::string("RDMACOLL_IB_ADDR_FAMILY: expected ipv4 or ipv6, got '") +
+                          settings::shown(f) + "'");
+  }
+  if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
+    std::string why;
+    if (!fabric::parse_addr_range(r, &why))
+      throw InvalidArgument("RDMACOLL_IB_ADDR_RANGE: " + why);
+  }
+}
+
+Device::Device(const std::string& preferred) {
+  init_fork_safety();
+  OpenDevice dev = open_device(preferred);
+  if (!dev.ctx) throw TransportError("verbs: " + dev.choice.reason);
+  ctx = dev.ctx;
+  choice = dev.choice;
+  port = dev.port_attr;
+  if (ibv_query_gid(ctx, choice.port, choice.gid_index, &gid) != 0) {
+    throw TransportError("verbs: cannot read GID " + std::to_string(choice.gid_index) + " of " +
+                         choice.device);
+  }
+  const std::string cap = settings::choice("RDMACOLL_IB_MTU");
+  mtu = fabric::advertised_mtu(port.active_mtu, cap == "auto" ? 0 : std::stoull(cap));
+  read_fabric_settings();
+  pd = ibv_alloc_pd(ctx);
+  channel = ibv_create_comp_channel(ctx);
+  if (!pd || !channel) throw TransportError("verbs: cannot allocate a PD or completion channel");
+  ::fcntl(channel->fd, F_SETFL, ::fcntl(channel->fd, F_GETFL) | O_NONBLOCK);
+  ::fcntl(ctx->async_fd, F_SETFL, ::fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
+}
+
+Device::~Device() {
+  if (cq && unacked_events_) ibv_ack_cq_events(cq, unacked_events_);
+  cq.reset();
+  channel.reset();
+  pd.reset();
+  ctx.reset();
+}
+
+void Device::create_cq(uint64_t entries, int vector) {
+  // Ranks of a host spread their completion interrupts over the device's vectors.
+  vector %= std::max(1, ctx->num_comp_vectors);
+  cq = ibv_create_cq(ctx, static_cast<int>(entries), nullptr, channel, vector);
+  if (!cq) throw TransportError("verbs: ibv_create_cq failed: " + errno_text(errno));
+}
+
+void Device::arm() {
+  ibv_req_notify_cq(cq, 0);
+  armed_ = true;
+}
+
+bool Device::take_event() {
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  if (ibv_get_cq_event(channel, &ev_cq, &ev_ctx) != 0) return false;  // the fd is non-blocking
+  if (++unacked_events_ >= 64) {
+    ibv_ack_cq_events(cq, unacked_events_);
+    unacked_events_ = 0;
+  }
+  armed_ = false;
+  return true;
+}
+
+std::string Device::port_name() const {
+  return choice.device + ":" + std::to_string(choice.port);
+}
+
+fabric::PortIdentity Device::identity() const {
+  fabric::PortIdentity id;
+  id.nic = port_name();
+  id.link_layer = port.link_layer;
+  id.gid_type = fabric.gid_type;
+  id.pkey = fabric.pkey;
+  std::memcpy(id.gid.data(), gid.raw, 16);
+  return id;
+}
+
+std::chrono::milliseconds Device::retry_budget() const {
+  const double seconds =
+      4.096e-6 * static_cast<double>(uint64_t{1} << fabric.timeout) * (fabric.retry_count + 1);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+void Device::read_fabric_settings() {
+  FabricSettings f;
+  const int sysfs_tc = sysfs_traffic_class(choice.device, choice.port);
+  f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
+  f.service_level = env_int("RDMACOLL_IB_SL", 0);
+  f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
+  f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
+  f.grh_required = (port.flags & IBV_QPF_GRH_REQUIRED) != 0;
+  if (const uint16_t want = env_pkey()) {
+    std::vector<uint16_t> table;
+    for (int i = 0; i < port.pkey_tbl_len; ++i) {
+      __be16 pkey = 0;
+      if (ibv_query_pkey(ctx, choice.port, i, &pkey) != 0) break;
+      table.push_back(ntohs(pkey));
+    }
+    f.pkey_index = fabric::select_pkey_index(table, want);
+    if (f.pkey_index < 0) {
+      throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
+                           " (RDMACOLL_IB_PKEY) is not in " + port_name() + "'s P_Key table of " +
+                           std::to_string(table.size()) + " entries");
+    }
+  }
+  __be16 pkey = 0;
+  if (ibv_query_pkey(ctx, choice.port, f.pkey_index, &pkey) == 0) f.pkey = ntohs(pkey);
+  std::array<uint8_t, 16> g{};
+  std::memcpy(g.data(), gid.raw, 16);
+  ibv_gid_entry entry{};
+  const bool typed = ibv_query_gid_ex(ctx, choice.port, choice.gid_index, &entry, 0) == 0;
+  if (typed) {
+    f.gid_type = entry.gid_type == IBV_GID_TYPE_ROCE_V2   ? fabric::GidType::RoCEv2
+                 : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? fabric::GidType::RoCEv1
+                                                          : fabric::GidType::IB;
+  }
+  fabric = f;
+  const char* type = !typed                                   ? "?"
+                     : entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                     : entry.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                              : "IB";
+  log::info(
+      "verbs: " + port_name() + " GID index " + std::to_string(choice.gid_index) + " " +
+      fabric::gid_text(g) + " (" + type + "), traffic class " + std::to_string(f.traffic_class) +
+      (env("RDMACOLL_IB_TC") ? " (RDMACOLL_IB_TC)"
+       : sysfs_tc >= 0       ? " (sysfs)"
+                             : "") +
+      ", SL " + std::to_string(f.service_level) + ", P_Key index " + std::to_string(f.pkey_index) +
+      ", MTU " + std::to_string(128 << mtu) + ", timeout " + std::to_string(f.timeout) +
+      ", retry " + std::to_string(f.retry_count) + (f.grh_required ? ", GRH required" : ""));
 }
 
 }  // namespace rdmacoll::transport::verbs_device

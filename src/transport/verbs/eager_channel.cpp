@@ -16,7 +16,7 @@ void VerbsTransport::make_eager_ring(int peer) {
   std::memset(e.block.get(), 0, bytes);
   // No relaxed ordering: the receiver trusts a slot by its trailer, so it must land last.
   constexpr int kRingAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  e.mr = ibv_reg_mr(pd_, e.block.get(), bytes, kRingAccess);
+  e.mr = ibv_reg_mr(dev_.pd, e.block.get(), bytes, kRingAccess);
   if (!e.mr) throw registration_error(bytes, errno);
   e.slots = eager_slots_;
 }
@@ -50,6 +50,8 @@ bool VerbsTransport::poll_eager(int peer) {
       // it is ignored all the same.
       const uint64_t credit = eager_ring::widen_credit(m->credit, e.sent);
       if (credit <= e.sent) e.credit.read(credit);
+      const uint64_t receives = eager_ring::widen_receives(m->receives, p.credits.used);
+      if (receives <= p.credits.used) p.credits.returned.read(receives);
       if (slept_to_timeout_) ++counters_.eager_late;  // it landed and no ring woke us
       dispatch_control(peer, m->tag, m->payload);
     }

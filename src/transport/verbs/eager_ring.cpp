@@ -39,14 +39,16 @@ uint64_t checksum(const uint8_t* at, size_t bytes) {
 }  // namespace
 
 void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length,
-          uint32_t credit) {
+          uint32_t credit, uint16_t receives) {
   if (length > kMaxPayload) {
     throw TransportError("eager slot: a message of " + std::to_string(length) +
                          " bytes does not fit a slot of " + std::to_string(kMaxPayload));
   }
-  const uint32_t len = static_cast<uint32_t>(length);
+  static_assert(kMaxPayload <= UINT16_MAX, "a length fits its 16 bits");
+  const uint16_t len = static_cast<uint16_t>(length);
   std::memset(out + 8, 0, kHeaderBytes - 8);
-  std::memcpy(out + 8, &len, 4);
+  std::memcpy(out + 8, &len, 2);
+  std::memcpy(out + 10, &receives, 2);
   std::memcpy(out + 12, &credit, 4);
   std::memcpy(out + 16, &tag, 8);
   if (length) std::memcpy(out + kHeaderBytes, data, length);
@@ -58,8 +60,8 @@ void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t 
 
 std::optional<Message> read(const uint8_t* slot, uint64_t number) {
   if (load_number(slot) != number) return std::nullopt;
-  uint32_t len = 0;
-  std::memcpy(&len, slot + 8, 4);
+  uint16_t len = 0;
+  std::memcpy(&len, slot + 8, 2);
   if (len > kMaxPayload) {
     throw TransportError("eager slot: message " + std::to_string(number) + " claims " +
                          std::to_string(len) + " bytes; a slot holds " +
@@ -70,6 +72,7 @@ std::optional<Message> read(const uint8_t* slot, uint64_t number) {
   const uint64_t trailer = load_number(slot + kHeaderBytes + round8(len));
   if (trailer != (number ^ checksum(slot + 8, kHeaderBytes - 8 + round8(len)))) return std::nullopt;
   Message m;
+  std::memcpy(&m.receives, slot + 10, 2);
   std::memcpy(&m.credit, slot + 12, 4);
   std::memcpy(&m.tag, slot + 16, 8);
   m.payload = std::span<const uint8_t>(slot + kHeaderBytes, len);

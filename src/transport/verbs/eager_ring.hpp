@@ -28,8 +28,10 @@
 // This file is the framing and the block's layout, as pure functions (unit-tested and fuzzed);
 // the rings, credits and epochs live in verbs_transport.cpp.
 //
-// A slot: the message's number (8 bytes; the first message is 1), its length (4), the credit
-// (4: the low half of how many of the reader's messages the writer has taken), its tag (8), the
+// A slot: the message's number (8 bytes; the first message is 1), its length (2), the receive
+// credit (2: the low 16 bits of how many of the reader's receive-taking requests the writer's
+// queue has taken, receive_credits.hpp), the credit (4: the low half of how many of the
+// reader's messages the writer has taken), its tag (8), the
 // payload rounded up to 8 bytes, then a trailer: the number XOR a 64-bit checksum of everything
 // between head and trailer. The receiver trusts a slot once the head carries the number it
 // expects and the trailer matches what it computes over the bytes in the slot. No landing order
@@ -69,6 +71,12 @@ constexpr size_t round8(size_t n) {
 constexpr uint64_t widen_credit(uint32_t credit, uint64_t sent) {
   return sent - static_cast<uint32_t>(static_cast<uint32_t>(sent) - credit);
 }
+// The full receive count from its low 16 bits, for a sender that has made `used` receive-taking
+// requests: the count lies within its grant (at most 8) below `used`, or a little further for
+// a message posted just before a credit write that landed first.
+constexpr uint64_t widen_receives(uint16_t receives, uint64_t used) {
+  return used - static_cast<uint16_t>(static_cast<uint16_t>(used) - receives);
+}
 // Bytes of a message of `length` payload bytes in its slot.
 constexpr size_t framed_bytes(size_t length) {
   return kHeaderBytes + round8(length) + kTrailerBytes;
@@ -102,11 +110,12 @@ constexpr size_t block_bytes(int slots) {
 
 // Frames message number `number` into `out`, which holds framed_bytes(length) bytes.
 void pack(uint8_t* out, uint64_t number, uint64_t tag, const void* data, size_t length,
-          uint32_t credit = 0);
+          uint32_t credit = 0, uint16_t receives = 0);
 
 struct Message {
   uint64_t tag = 0;
   uint32_t credit = 0;
+  uint16_t receives = 0;
   std::span<const uint8_t> payload;  // inside the slot
 };
 // Message `number` if it has landed whole in `slot` (kSlotBytes, written by the peer's NIC),

@@ -5,8 +5,9 @@
 // holding the GIL, oversubscribed) runs the queue dry, and every sender's QP stalls in RNR
 // retries, keepalives included. So each receiver grants each peer a number of receives when the
 // pair connects (published with its QP numbers), posts at least as many receives as it has
-// granted in all, and hands credits back by an 8-byte RDMA WRITE (which takes no receive) as it
-// reposts. A sender posts a receive-taking work request only while it holds a credit; the
+// granted in all, and hands credits back on every eager message it sends the peer, or by an
+// 8-byte RDMA WRITE (which takes no receive) once half the grant is owed and no message went.
+// A sender posts a receive-taking work request only while it holds a credit; the
 // others (plain writes: data, eager slots, credits, keepalives) never wait for one. The queue
 // then never runs dry, so QPs retry RNR a bounded number of times and an exhausted retry is a
 // peer failure, not a silent stall.
@@ -96,7 +97,8 @@ struct ReceiveCredits {
   // From the peer: our grant, the receives its requests took, and the credits written back.
   uint32_t our_grant = 0;
   uint64_t arrived = 0;
-  uint64_t handed_back = 0;
+  uint64_t handed_back = 0;   // by a credit write, or riding on an eager message
+  bool listed_owing = false;  // in the transport's list of peers it owes credits
   // More arrived than granted: the peer ignored its credits (broken or hostile).
   bool overran() const { return arrived > our_grant + handed_back; }
   // Worth a credit write: half the grant is owed. Below that the peer still holds more than

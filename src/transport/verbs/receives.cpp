@@ -23,7 +23,7 @@ void VerbsTransport::grow_receives() {
     ReceiveChunk chunk;
     chunk.bytes.assign(kReceiveChunk * kCtrlBytes, 0);
     constexpr int kReceiveAccess = IBV_ACCESS_LOCAL_WRITE;  // an int: the macro ORs in another enum
-    chunk.mr = ibv_reg_mr(pd_, chunk.bytes.data(), chunk.bytes.size(), kReceiveAccess);
+    chunk.mr = ibv_reg_mr(dev_.pd, chunk.bytes.data(), chunk.bytes.size(), kReceiveAccess);
     if (!chunk.mr) throw registration_error(chunk.bytes.size(), errno);
     receive_chunks_.push_back(std::move(chunk));
     // All of it, or what a device with a smaller queue holds.
@@ -102,11 +102,15 @@ bool VerbsTransport::take_receive_credit(int peer) {
 void VerbsTransport::hand_back_credits() {
   std::erase_if(owing_, [&](int peer) {
     Peer& p = peers_[peer];
-    if (p.failure) return true;
-    if (!p.credits.owes_credits()) return false;
-    p.credits.handed_back = p.credits.arrived;
-    // A peer asleep with work waiting for these credits is rung once they have landed.
-    write_word(peer, Word::ReceiveCredit, p.credits.handed_back);
+    auto& c = p.credits;
+    // Nothing owed any more: a message to the peer carried the credits (eager_ring.hpp).
+    if (!p.failure && c.arrived > c.handed_back && !c.owes_credits()) return false;
+    if (!p.failure && c.arrived > c.handed_back) {
+      c.handed_back = c.arrived;
+      // A peer asleep with work waiting for these credits is rung once they have landed.
+      write_word(peer, Word::ReceiveCredit, c.handed_back);
+    }
+    c.listed_owing = false;
     return true;
   });
 }

@@ -41,13 +41,13 @@ struct CmId {
 
 std::optional<std::string> VerbsTransport::unreachable(int peer) {
   // InfiniBand: subnets are compared at connect (fabric::incompatibility).
-  if (port_attr_.link_layer != IBV_LINK_LAYER_ETHERNET) return std::nullopt;
+  if (dev_.port.link_layer != IBV_LINK_LAYER_ETHERNET) return std::nullopt;
   const WireInfo& info = peers_[peer].info;
   std::array<uint8_t, 16> mine{}, theirs{};
-  std::memcpy(mine.data(), gid_.raw, 16);
+  std::memcpy(mine.data(), dev_.gid.raw, 16);
   std::memcpy(theirs.data(), info.gid, 16);
   // Worded the same for both ranks: the peer gets this text too (the pair's refusal).
-  const std::string ours = choice_.device + ":" + std::to_string(choice_.port);
+  const std::string ours = dev_.choice.device + ":" + std::to_string(dev_.choice.port);
   const std::string theirs_named = "rank " + std::to_string(peer) + "'s " + identity_of(info).nic +
                                    " (" + fabric::gid_text(theirs) + ")";
   const std::string ours_named =
@@ -67,7 +67,7 @@ std::optional<std::string> VerbsTransport::unreachable(int peer) {
     }
     return std::nullopt;
   }
-  sockaddr_storage src = gid_address(gid_.raw), dst = gid_address(info.gid);
+  sockaddr_storage src = gid_address(dev_.gid.raw), dst = gid_address(info.gid);
   if (rdma_resolve_addr(cm.id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                         2000) != 0) {
     return theirs_named + " is not reachable from " + ours_named +

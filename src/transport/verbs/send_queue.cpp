@@ -32,7 +32,7 @@ bool VerbsTransport::stage(int peer, int lane, std::function<bool(Staged&)>& bui
   // Nothing new goes to a port that is down: it waits in its queue until the port is back
   // (or fails with the peers past the retry budget). Posting would only spend the QP's
   // retries, and a software device (rxe) fails a QP whose send finds no route at once.
-  if (port_down_since_) return false;
+  if (port_.down()) return false;
   const int depth = urgent ? kSendDepth : kSendDepth - kUrgentPerQp;
   const int cap = urgent ? kSendsInFlight : kSendsInFlight - kUrgentInFlight;
   if (l.in_queue() >= static_cast<size_t>(depth) || sends_in_flight_ >= cap) return false;
@@ -84,8 +84,8 @@ bool VerbsTransport::flush(int peer, int lane) {
       --sends_in_flight_;
     }
     p.staged.clear();
-    mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " + choice_.device +
-                          " failed: " + errno_text(e));
+    mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " +
+                          dev_.choice.device + " failed: " + errno_text(e));
     for (uint64_t r : requests)
       complete_one(peer, r, false);
     return true;

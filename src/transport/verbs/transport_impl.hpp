@@ -4,9 +4,11 @@
 // on first use through the store), send_queue.cpp (staging, doorbells, retiring completions),
 // completions.cpp (the CQ, receives, failures, async events), eager_channel.cpp (the write ring
 // for control messages), receives.cpp (the shared receive queue and its credits), lane_reset.cpp
-// (data QPs reset after a refused write), route.cpp (RoCE reachability), device.cpp (finding
-// and opening the device). One peer's state is peer.hpp's. Nothing outside src/transport/verbs
-// includes it.
+// (data QPs reset after a refused write), route.cpp (RoCE reachability). State with a
+// lifetime of its own has its own object: the device with its PD and CQ (device.hpp), one
+// peer's connection (peer.hpp), the port's outages (port_watch.hpp), the registration cache
+// (mr_cache.hpp), the store I/O of connecting (connector.hpp). Nothing outside
+// src/transport/verbs includes it.
 
 #include "transport/verbs/verbs_transport.hpp"
 
@@ -47,9 +49,11 @@
 #include "transport/verbs/immediates.hpp"
 #include "transport/verbs/mr_cache.hpp"
 #include "transport/verbs/peer.hpp"
+#include "transport/verbs/port_watch.hpp"
 
 namespace rdmacoll::transport::verbs_impl {
 
+using verbs_device::Device;
 using verbs_device::env;
 using verbs_device::env_int;
 using verbs_device::env_pkey;
@@ -81,10 +85,6 @@ constexpr std::chrono::milliseconds kAsyncEventInterval{10};
 // completes at the peer). Its ACK proves the peer's NIC alive; a dead host makes it fail after
 // RDMACOLL_IB_TIMEOUT x (RDMACOLL_IB_RETRY_CNT + 1), which marks the peer failed.
 constexpr std::chrono::milliseconds kKeepaliveInterval{1000};
-// Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
-// RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
-constexpr int kQpTimeout = 20;
-constexpr int kRetryCount = 7;
 // RNR retries before a QP fails (7 would mean without end): see bring_up.
 constexpr int kRnrRetry = 6;
 // RDMACOLL_IB_QPS_PER_PEER: data QPs ("lanes") per peer pair. A write of several pieces is
@@ -189,6 +189,9 @@ class VerbsTransport final : public Transport {
   Footprint footprint() const;
 
   std::optional<std::string> peer_failure(int peer) override;
+  bool peer_exited(int peer) override {
+    return peer >= 0 && peer < world_ && liveness_.failure(peer).has_value();
+  }
   int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
 
  private:
@@ -202,22 +205,6 @@ class VerbsTransport final : public Transport {
   static void delay_for_test(int my_rank);
 
   static TransportError registration_error(size_t length, int err);
-
-  // What the fabric asks of our QPs: traffic class and SL (lossless RoCE classes ride on
-  // them), the P_Key index, GRH, timeouts. Logged at info with the GID, for `ibv_devinfo` and
-  // `show_gids` to be checked against.
-  struct FabricSettings {
-    int traffic_class = 0;
-    int service_level = 0;
-    int pkey_index = 0;
-    uint16_t pkey = 0xffff;  // the table's entry at pkey_index
-    fabric::GidType gid_type = fabric::GidType::IB;
-    int timeout = kQpTimeout;
-    int retry_count = kRetryCount;
-    bool grh_required = false;
-  };
-
-  void read_fabric_settings();
 
   // Maps and unmaps a page; true when the hook saw it.
   bool probe_unmap_event();
@@ -247,8 +234,7 @@ class VerbsTransport final : public Transport {
 
   std::string store_key(const char* what, int from, int to) const;
 
-  // What our port says of itself (fabric::incompatibility), and a peer's from its address.
-  fabric::PortIdentity identity() const;
+  // What a peer's port says of itself in its address (fabric::incompatibility).
   static fabric::PortIdentity identity_of(const WireInfo& info);
 
   // The first use of `peer`: our QPs to it, their numbers published (see Link).
@@ -402,23 +388,14 @@ class VerbsTransport final : public Transport {
   bool drain_async();
 
   // Our port went down (IBV_EVENT_PORT_ERR) or came back: a warning, not a failure, unless it
-  // stays down past the QPs' retry budget (check_port, with the async events).
+  // stays down past the QPs' retry budget (check_port, with the async events; port_watch.hpp).
   void on_port_down();
   void on_port_active();
   void check_port(Clock::time_point now);
-  std::chrono::milliseconds port_budget() const;
-  std::optional<Clock::time_point> port_down_since_;
 
-  verbs_handles::Context ctx_;
-  VerbsDeviceChoice choice_;
-  ibv_port_attr port_attr_{};
-  int mtu_ = 1;  // advertised (fabric::advertised_mtu); a pair's path takes the smaller
-  ibv_gid gid_{};
-  verbs_handles::ProtectionDomain pd_;
-  verbs_handles::CompletionChannel channel_;
-  verbs_handles::CompletionQueue cq_;
-  bool armed_ = false;
-  unsigned unacked_events_ = 0;
+  // Before everything made on it (below): those go first, the device last.
+  Device dev_;
+  PortWatch port_;  // our port's outages
   int me_ = -1;
   int world_ = 0;
   std::vector<uint8_t> ctrl_pool_;  // the shared send buffers
@@ -462,7 +439,6 @@ class VerbsTransport final : public Transport {
   std::map<std::pair<int, uint64_t>, std::deque<Bytes>> unexpected_;
   std::unique_ptr<MrCache> cache_;
   bool hooked_ = false;
-  FabricSettings fabric_;
   Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
   int lanes_ = 1;                  // data lanes

@@ -4,36 +4,24 @@
 namespace rdmacoll::transport {
 namespace verbs_impl {
 
-VerbsTransport::VerbsTransport(const std::string& preferred_device) {
-  init_fork_safety();
-  OpenDevice dev = open_device(preferred_device);
-  if (!dev.ctx) throw TransportError("verbs: " + dev.choice.reason);
-  ctx_ = dev.ctx;
-  choice_ = dev.choice;
-  port_attr_ = dev.port_attr;
-  if (ibv_query_gid(ctx_, choice_.port, choice_.gid_index, &gid_) != 0) {
-    throw TransportError("verbs: cannot read GID " + std::to_string(choice_.gid_index) + " of " +
-                         choice_.device);
-  }
+VerbsTransport::VerbsTransport(const std::string& preferred_device)
+    : dev_(preferred_device), port_(dev_.retry_budget()) {
   piece_bytes_ = write_piece_bytes();
   lanes_ = lanes_per_peer();
   adaptive_routing_ = settings::choice("RDMACOLL_IB_ADAPTIVE_ROUTING") == "1";
   eager_slots_ = eager_slots_per_peer();
   // A credit write goes back after half a ring taken without a message to carry it.
   credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
-  read_fabric_settings();
-  pd_ = ibv_alloc_pd(ctx_);
-  channel_ = ibv_create_comp_channel(ctx_);
-  if (!pd_ || !channel_) throw TransportError("verbs: cannot allocate a PD or completion channel");
-  ::fcntl(channel_->fd, F_SETFL, ::fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
-  ::fcntl(ctx_->async_fd, F_SETFL, ::fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
+  log::info("verbs: writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
+            std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") +
+            " per peer, and one for control");
   // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang
   // rejects in C++20 (-Wdeprecated-enum-enum-conversion).
   // Relaxed ordering lets PCIe reorder the NIC's writes where the device supports it (an
   // optional flag: ignored by devices without it); completions still order what we read.
   constexpr int kDataAccess =
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING;
-  ibv_pd* pd = pd_;
+  ibv_pd* pd = dev_.pd;
   cache_ = std::make_unique<MrCache>(
       mr_cache_bytes(), true,
       [pd](void* base, size_t length) -> void* {
@@ -74,7 +62,7 @@ VerbsTransport::~VerbsTransport() {
   cache_->unpin_all();
   cache_->clear();
   // Verbs frees in dependency order: QPs before the SRQ and CQ they use, registrations before
-  // the PD, the CQ before its channel, the device last.
+  // the PD.
   for (auto& p : peers_) {
     for (auto& lane : p.lanes)
       lane.qp.reset();
@@ -83,19 +71,15 @@ VerbsTransport::~VerbsTransport() {
   }
   srq_.reset();
   receive_chunks_.clear();
-  if (cq_ && unacked_events_) ibv_ack_cq_events(cq_, unacked_events_);
-  cq_.reset();
   ctrl_mr_.reset();
-  channel_.reset();
-  pd_.reset();
-  ctx_.reset();
+  // The device (the CQ, its channel, the PD) goes last, as a member declared first.
 }
 
 std::string VerbsTransport::describe() const {
-  return "verbs on " + choice_.device + ":" + std::to_string(choice_.port) + " gid_index " +
-         std::to_string(choice_.gid_index) + " (" +
-         (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand") +
-         ", active_mtu " + std::to_string(128 << port_attr_.active_mtu) + ")";
+  return "verbs on " + dev_.choice.device + ":" + std::to_string(dev_.choice.port) + " gid_index " +
+         std::to_string(dev_.choice.gid_index) + " (" +
+         (dev_.port.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand") +
+         ", active_mtu " + std::to_string(128 << dev_.port.active_mtu) + ")";
 }
 
 std::shared_ptr<MemoryRegion> VerbsTransport::register_memory(void* base, size_t length) {
@@ -149,9 +133,11 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       uint64_t tag = 0;
       std::memcpy(&tag, msg.data(), 8);
       framed.resize(eager_ring::framed_bytes(msg.size() - 8));
-      // It carries our credit to the peer: no separate credit write while we both send.
+      // It carries our credits to the peer, for its messages and its receive-taking requests:
+      // no separate credit write while we both send.
       eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8,
-                       static_cast<uint32_t>(p.eager.taken));
+                       static_cast<uint32_t>(p.eager.taken),
+                       static_cast<uint16_t>(p.credits.arrived));
     }
     Bytes& bytes = eager ? framed : msg;
     if (bytes.size() <= inline_max_) {
@@ -185,6 +171,7 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       st.wr.wr.rdma.rkey = p.eager.their_rkey;
       ++p.eager.sent;
       p.eager.credited = p.eager.taken;
+      p.credits.handed_back = p.credits.arrived;
       ++counters_.eager_writes;
     } else {
       st.wr.opcode = IBV_WR_SEND;
@@ -335,7 +322,7 @@ bool VerbsTransport::progress() {
   }
   ibv_wc wc[32];
   for (;;) {
-    const int n = ibv_poll_cq(cq_, 32, wc);
+    const int n = ibv_poll_cq(dev_.cq, 32, wc);
     if (n <= 0) break;
     counters_.completions += static_cast<uint64_t>(n);
     any = true;
@@ -367,18 +354,17 @@ bool VerbsTransport::prepare_wait() {
     announce_sleep();
     return false;
   }
-  if (armed_) {
+  if (dev_.armed()) {
     sleep_began_ = Clock::now();
     return true;
   }
-  ibv_req_notify_cq(cq_, 0);
-  armed_ = true;
+  dev_.arm();
   return false;  // the caller progresses once more before sleeping: no lost wakeup
 }
 
 void VerbsTransport::wait_fds(std::vector<pollfd>& fds) {
-  fds.push_back({channel_->fd, POLLIN, 0});
-  fds.push_back({ctx_->async_fd, POLLIN, 0});
+  fds.push_back({dev_.channel->fd, POLLIN, 0});
+  fds.push_back({dev_.ctx->async_fd, POLLIN, 0});
   if (connector_) fds.push_back({connector_->wake_fd(), POLLIN, 0});
   for (int fd : liveness_.fds())
     fds.push_back({fd, POLLIN, 0});
@@ -387,16 +373,7 @@ void VerbsTransport::wait_fds(std::vector<pollfd>& fds) {
 void VerbsTransport::after_wait() {
   async_due_ = true;  // the async-event fd may be what woke us
   const bool connecting = connector_ && connector_->clear_wake();
-  ibv_cq* ev_cq = nullptr;
-  void* ev_ctx = nullptr;
-  const bool completion = ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0;
-  if (completion) {  // the channel fd is non-blocking
-    if (++unacked_events_ >= 64) {
-      ibv_ack_cq_events(cq_, unacked_events_);
-      unacked_events_ = 0;
-    }
-    armed_ = false;
-  }
+  const bool completion = dev_.take_event();
   // poll() gives up after 100 ms: a sleep that long which no completion or timer ended.
   slept_to_timeout_ =
       !completion && !connecting && Clock::now() - sleep_began_ >= std::chrono::milliseconds(90);
@@ -482,6 +459,10 @@ VerbsDeviceChoice probe_verbs_device() {
   OpenDevice dev = open_device();
   if (dev.ctx) ibv_close_device(dev.ctx);
   return dev.choice;
+}
+
+void check_verbs_settings() {
+  verbs_device::check_settings();
 }
 
 std::unique_ptr<Transport> create_verbs_transport(const std::string& preferred_device) {

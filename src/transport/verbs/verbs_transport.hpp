@@ -27,6 +27,11 @@ struct VerbsDeviceChoice {
 // port, and on RoCE its RoCE v2 IPv4-mapped GID.
 VerbsDeviceChoice probe_verbs_device();
 
+// Checks the verbs settings that are set (address family and range, P_Key), whichever transport
+// the job takes: a mistake raises InvalidArgument at init on every run, not first on the
+// cluster where verbs is used.
+void check_verbs_settings();
+
 // Throws TransportError naming the reason when no usable device/port exists.
 std::unique_ptr<Transport> create_verbs_transport(const std::string& preferred_device = "");
 
