@@ -197,6 +197,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   ro.timeout = w->timeout;
   // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
   settings::validate_all();
+  transport::check_settings();
   w->rendezvous = std::make_unique<bootstrap::Rendezvous>(ro);
   bootstrap::Rendezvous& rv = *w->rendezvous;
   // The settings every rank must share: the world size and the registry's job-wide ones.
@@ -260,6 +261,7 @@ void end_world(World& w, bool abort) {
     if (auto g = weak.lock()) g->queue.drain();
   }
   if (abort) {
+    if (w.transport) w.transport->close_without_flush();
     w.rendezvous->leave();
   } else {
     // After a failure some ranks may never come: a short grace then, not the timeout.
@@ -267,12 +269,13 @@ void end_world(World& w, bool abort) {
     for (const auto& weak : w.groups) {
       if (auto g = weak.lock()) failed = failed || g->broken.has_value();
     }
-    // Nobody waits for a rank this process knows is dead (a point-to-point failure breaks no
-    // group, and a rank may die while this one talks only to others).
+    // Nobody waits for a rank whose process this one knows has exited (a point-to-point
+    // failure breaks no group, and a rank may die while this one talks only to others). Not
+    // for a rank merely unreachable: it may still need rank 0's store.
     const auto known_dead = [&] {
       std::vector<bool> dead(static_cast<size_t>(w.world_size), false);
       for (int r = 0; r < w.world_size; ++r)
-        dead[r] = r != w.rank && w.transport->peer_failure(r).has_value();
+        dead[r] = r != w.rank && w.transport->peer_exited(r);
       return dead;
     };
     w.rendezvous->arrive(failed, known_dead);

@@ -250,8 +250,12 @@ std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes
         what = " joined but did not pass on their blocks of the rendezvous";
       }
     } catch (const Error&) {
+      // The store is gone: rank 0 gave up first. This rank can only say whose values it
+      // lacks, which may be live ranks whose blocks never reached it.
       missing.clear();
-      what = " did not join the rendezvous";
+      what =
+          " were not heard from before the store went away (rank 0 gave up first; its error "
+          "names the ranks that did not join)";
       for (int m = 0; m < world_size_; ++m)
         if (!have[m]) missing.push_back(m);
     }
@@ -311,6 +315,7 @@ void Rendezvous::compare(const std::string& lines) {
 }
 
 constexpr std::chrono::milliseconds kDepartLook{100};
+constexpr std::chrono::milliseconds kLeaveBudget{250};
 
 void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
   if (server_) server_->stop_accepting();
@@ -404,15 +409,27 @@ void Rendezvous::depart(bool failed) {
 
 void Rendezvous::leave() {
   if (server_) server_->stop_accepting();
-  if (auto* client = dynamic_cast<StoreClient*>(store_.get())) {
-    client->set_op_timeout(std::chrono::seconds(1));
-  }
+  // A fraction of a second in all, whatever the store does (rank 0 may be stopped): the
+  // others learn of this rank's exit from its pidfd or its closed connections anyway.
+  const auto end = Clock::now() + kLeaveBudget;
+  auto* client = dynamic_cast<StoreClient*>(store_.get());
+  const auto budget = [&] {
+    if (client)
+      client->set_op_timeout(
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now())));
+  };
   try {
+    budget();
     store_->set("rdmacoll/arrived/" + std::to_string(rank_), std::string("1"));
+    budget();
     if (store_->add("rdmacoll/destroy", 1) == world_size_) {
+      budget();
       store_->set("rdmacoll/destroyed", std::string("0"));
     }
+    budget();
     if (store_->add("rdmacoll/closed", 1) == world_size_ && rank_ != 0) {
+      budget();
       store_->set("rdmacoll/all_closed", std::string("1"));
     }
   } catch (const Error&) {

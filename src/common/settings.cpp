@@ -267,8 +267,10 @@ uint64_t env_uint(const char* name, uint64_t fallback, uint64_t min, uint64_t ma
   const std::string text = v;
   char* end = nullptr;
   errno = 0;
-  const unsigned long long n = text[0] == '-' ? 0 : std::strtoull(v, &end, 10);
-  if (text[0] == '-' || *end != '\0' || errno == ERANGE || n < min || n > max) {
+  // Digits only: strtoull would also take " 5", "+5" and "-5" (wrapped).
+  const bool digits = std::isdigit(static_cast<unsigned char>(text[0]));
+  const unsigned long long n = digits ? std::strtoull(v, &end, 10) : 0;
+  if (!digits || *end != '\0' || errno == ERANGE || n < min || n > max) {
     throw InvalidArgument(std::string(name) + ": expected a whole number from " +
                           std::to_string(min) + " to " + std::to_string(max) + ", got '" +
                           shown(text) + "'");
@@ -282,16 +284,25 @@ std::chrono::milliseconds env_duration(const char* name, std::chrono::millisecon
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   const std::string text = v;
-  char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  const std::string unit = end;
+  // Plain decimal digits with at most one point, then the unit: strtod alone would also take
+  // " 5", "0x10", "1e3" and "infinity".
+  const char* number_end = v;
+  while (std::isdigit(static_cast<unsigned char>(*number_end)) || *number_end == '.')
+    ++number_end;
+  const std::string number(v, number_end);
+  char* parsed = nullptr;
+  double x = std::strtod(number.c_str(), &parsed);
+  const bool decimal = !number.empty() && std::isdigit(static_cast<unsigned char>(number[0])) &&
+                       parsed == number.c_str() + number.size();
+  if (!decimal) x = std::nan("");
+  const std::string unit = number_end;
   const double scale = unit.empty() || unit == "s" ? 1e3
                        : unit == "ms"              ? 1.0
                        : unit == "m"               ? 60e3
                        : unit == "h"               ? 3600e3
                                                    : -1;
   const double ms = x * scale;  // not rounded before the range check: 0.0001 s is no 1 ms
-  if (end == v || scale < 0 || !std::isfinite(x) || !(ms >= static_cast<double>(min.count())) ||
+  if (scale < 0 || !std::isfinite(x) || !(ms >= static_cast<double>(min.count())) ||
       !(ms <= static_cast<double>(max.count()))) {
     throw InvalidArgument(std::string(name) +
                           ": expected seconds (units ms, s, m, h allowed) from " +

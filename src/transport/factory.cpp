@@ -26,4 +26,8 @@ std::optional<std::string> verbs_unusable_reason() {
   return c.reason;
 }
 
+void check_settings() {
+  check_verbs_settings();
+}
+
 }  // namespace rdmacoll::transport

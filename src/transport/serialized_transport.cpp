@@ -176,6 +176,14 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     return inner_->peer_failure(peer);
   }
+  void close_without_flush() override {
+    std::lock_guard lock(mu_);
+    inner_->close_without_flush();
+  }
+  bool peer_exited(int peer) override {
+    std::lock_guard lock(mu_);
+    return inner_->peer_exited(peer);
+  }
   int peer_pid(int peer) const override {
     std::lock_guard lock(mu_);
     return inner_->peer_pid(peer);

@@ -287,6 +287,14 @@ class Transport {
  public:
   // Set once a peer is known dead or unreachable (the reason), for peers we talked to.
   virtual std::optional<std::string> peer_failure(int peer) = 0;
+  // The process is leaving without waiting for anyone (abort_process_group): connections are
+  // closed at once when the transport goes, not flushed (a stopped peer would hold a flush).
+  virtual void close_without_flush() {}
+  // Whether `peer`'s process is known to have exited (its pidfd on this host, or a connection
+  // its host reset): a rank destroy_process_group need not wait for. Stricter than
+  // peer_failure, which also covers a peer alive but unreachable (a refused pair, a link down),
+  // for which rank 0 must keep the store up.
+  virtual bool peer_exited(int /*peer*/) { return false; }
   // The process id of `peer` on this host as it published it at init; 0 when it is on another
   // host or the transport does not know.
   virtual int peer_pid(int /*peer*/) const { return 0; }
@@ -334,5 +342,9 @@ std::unique_ptr<Transport> make_serialized(std::unique_ptr<Transport> inner);
 
 // Why this process cannot use the verbs transport (no ACTIVE RDMA port, ...), or nullopt.
 std::optional<std::string> verbs_unusable_reason();
+
+// Parses every transport's settings that are set, whichever transport the job takes:
+// InvalidArgument naming a bad one.
+void check_settings();
 
 }  // namespace rdmacoll::transport

@@ -168,6 +168,13 @@ TEST(Hardening, BadSettingsRaiseAtInit) {
                  {"RDMACOLL_TIMEOUT_S", "1e16", "RDMACOLL_TIMEOUT_S: expected seconds"},
                  {"RDMACOLL_TIMEOUT_S", "0.0001", "RDMACOLL_TIMEOUT_S: expected seconds"},
                  {"RDMACOLL_TIMEOUT_S", "5x", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", "0x10", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", " 5", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 {"RDMACOLL_TIMEOUT_S", "1e3", "RDMACOLL_TIMEOUT_S: expected seconds"},
+                 // The verbs settings raise on a UCX run too.
+                 {"RDMACOLL_IB_ADDR_FAMILY", "ipv5", "RDMACOLL_IB_ADDR_FAMILY: expected ipv4"},
+                 {"RDMACOLL_IB_ADDR_RANGE", "10.1.0.0/99", "RDMACOLL_IB_ADDR_RANGE: "},
+                 {"RDMACOLL_IB_PKEY", "0x10000", "RDMACOLL_IB_PKEY: expected a P_Key"},
                  // Each before any init that parses it unset: it is read once per process.
                  {"RDMACOLL_EAGER_LIMIT", "-5", "RDMACOLL_EAGER_LIMIT: expected a whole number"},
                  {"RDMACOLL_ALGO", "fastest", "fastest"},

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -82,6 +85,53 @@ TEST(Teardown, AnUnmatchedIrecvFromARankThatDiedFailsAndDestroyTakesAtMostTheGra
       [&](int rank) {
         if (rank == 1) expect_throw_with<PeerFailure>([&] { w->wait(); }, "of rank 2 on this host");
       });
+}
+
+// abort_process_group with a collective queued behind a stopped peer returns at once on
+// every other rank (the API says a fraction of a second; it once took 3.1 s), rank 0 included,
+// and the queued work fails with PeerFailure.
+void expect_abort_within_a_second(int victim) {
+  const std::string pid_file =
+      "/tmp/rdmacoll-abort-" + std::to_string(::getpid()) + "-" + std::to_string(victim);
+  testing::RunOptions opt;
+  opt.init = false;
+  opt.kill_on_failure = false;
+  opt.deadline = std::chrono::seconds(60);
+  opt.env = {{"RDMACOLL_TIMEOUT_S", "30"}};
+  const auto results = run_ranks(
+      3,
+      [&](int rank, int p) {
+        init_process_group();
+        // Written before the first call completes anywhere: rank 1 finds it after.
+        if (rank == victim) std::ofstream(pid_file) << ::getpid();
+        Tensor in = zeros({1024}), out = zeros({1024 * p});
+        all_gather_into_tensor(out, in);
+        if (rank == victim) ::raise(SIGSTOP);
+        Work w = all_gather_into_tensor(out, in, {}, /*async_op=*/true);
+        const auto t0 = std::chrono::steady_clock::now();
+        abort_process_group();
+        const double took = seconds_since(t0);
+        expect_throw_with<PeerFailure>([&] { w.wait(); }, "");
+        if (rank == (victim + 1) % 3) {
+          pid_t pid = 0;
+          std::ifstream(pid_file) >> pid;
+          if (pid > 0) ::kill(pid, SIGKILL);
+        }
+        RANK_CHECK(took < 1.0, "abort_process_group took " << took << " s");
+      },
+      opt);
+  std::remove(pid_file.c_str());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].exit_code, r == victim ? 128 + SIGKILL : 0) << testing::describe(results);
+  }
+}
+
+TEST(Teardown, AbortWithAPeerStoppedReturnsWithinASecond) {
+  expect_abort_within_a_second(2);
+}
+
+TEST(Teardown, AbortWithRank0StoppedReturnsWithinASecond) {
+  expect_abort_within_a_second(0);
 }
 
 }  // namespace

@@ -50,6 +50,23 @@ TEST(Settings, CountsKeepTheirRegisteredBounds) {
   EXPECT_THROW((void)count("RDMACOLL_EAGER_LIMIT", 0), InvalidArgument);
 }
 
+// Numbers are plain decimals: no blanks, signs, hex or exponents, which strtod and strtoull
+// would take ("0x10" s was 16 s; " 5" was 5).
+TEST(Settings, NumbersAreDigitsOnly) {
+  for (const char* bad : {" 5", "+5", "0x10", "1e3", "5 ", "-0", ".5", "nan"}) {
+    Env e("RDMACOLL_IB_SL", bad);
+    EXPECT_THROW((void)count("RDMACOLL_IB_SL", 0), InvalidArgument) << "'" << bad << "'";
+    Env t("RDMACOLL_TIMEOUT_S", bad);
+    EXPECT_THROW((void)duration("RDMACOLL_TIMEOUT_S", std::chrono::milliseconds(1)),
+                 InvalidArgument)
+        << "'" << bad << "'";
+  }
+  Env t("RDMACOLL_TIMEOUT_S", "2.5m");
+  EXPECT_EQ(duration("RDMACOLL_TIMEOUT_S", std::chrono::milliseconds(1)).count(), 150000);
+  Env e("RDMACOLL_IB_SL", "15");
+  EXPECT_EQ(count("RDMACOLL_IB_SL", 0), 15u);
+}
+
 TEST(Settings, EverySettingTheRanksShareIsCompared) {
   Env e("RDMACOLL_UCX_PROTOCOL", "put");
   const std::string shared = job_wide();

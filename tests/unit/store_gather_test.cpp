@@ -218,7 +218,7 @@ TEST(StoreGather, ARankThatCannotAskTheStoreNamesOnlyTheRanksItHasNotHeardFrom) 
   for (auto& t : ranks)
     t.join();
   for (int r = 0; r < 2; ++r)
-    EXPECT_NE(errors[r].find("ranks [2] did not join"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("ranks [2] were not heard from"), std::string::npos) << errors[r];
 }
 
 }  // namespace

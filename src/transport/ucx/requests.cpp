@@ -50,6 +50,7 @@ ucp_ep_h UcxTransport::ep(int peer) {
   p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
     auto* s = static_cast<PeerSlot*>(arg);
     s->owner->close_failed_ = true;
+    s->reset_by_peer = status == UCS_ERR_CONNECTION_RESET;
     s->failure =
         "connection to rank " + std::to_string(s->rank) + " failed (" + status_str(status) + ")";
   };

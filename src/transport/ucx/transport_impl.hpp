@@ -136,6 +136,7 @@ struct PeerSlot {
   ucp_ep_h ep = nullptr;
   bool same_host = false;
   std::optional<std::string> failure;
+  bool reset_by_peer = false;  // its host reset the connection: the process is gone
   bool close_pending = false;
 };
 
@@ -197,6 +198,8 @@ class UcxTransport final : public Transport {
   void wait_fds(std::vector<pollfd>& fds) override;
 
   std::optional<std::string> peer_failure(int peer) override;
+  bool peer_exited(int peer) override;
+  void close_without_flush() override { close_without_flush_ = true; }
   int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
 
   // UCX owns its endpoints' resources; what we report is how many we opened (on first use).
@@ -235,7 +238,8 @@ class UcxTransport final : public Transport {
   void send_notification(const std::shared_ptr<UcxRequest>& req);
 
   Protocol protocol_;
-  bool close_failed_ = false;  // a peer was marked failed: progress() closes its endpoint
+  bool close_failed_ = false;         // a peer was marked failed: progress() closes its endpoint
+  bool close_without_flush_ = false;  // abort_process_group: endpoints are forced closed
   size_t max_message_ = settings::count("RDMACOLL_TEST_MAX_MESSAGE", SIZE_MAX);
   uint64_t endpoints_created_ = 0;
   bool shm_;

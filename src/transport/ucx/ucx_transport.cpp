@@ -84,7 +84,7 @@ UcxTransport::~UcxTransport() {
     if (!slot->ep) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = slot->failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.flags = slot->failure || close_without_flush_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = ucp_ep_close_nbx(slot->ep, &p);
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
@@ -295,6 +295,11 @@ std::optional<std::string> UcxTransport::peer_failure(int peer) {
     close_failed_ = true;
   }
   return slot.failure;
+}
+
+bool UcxTransport::peer_exited(int peer) {
+  if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return false;
+  return liveness_.failure(peer).has_value() || peers_[peer]->reset_by_peer;
 }
 
 Transport::Footprint UcxTransport::footprint() const {
