@@ -28,6 +28,9 @@ struct AllGatherArgs {
   ReduceOp reduce_op = ReduceOp::Sum;
   uint64_t total_numel = 0;
   int root = 0;  // broadcast
+  // What errors call the call, when it is not the collective itself (rdmacoll::empty's
+  // rounds); null: the collective's name.
+  const char* title = nullptr;
 };
 
 // How a wait polls before it blocks in the transport: a wake-up from poll() costs tens of us,

@@ -26,17 +26,27 @@ using testing::RunOptions;
 
 // Rank 2 passes 5 elements, the others 4: every rank raises, and no peer chunk lands in our
 // output (every slot but our own still holds the sentinel).
+// Rank 2's input is one element longer: every rank raises and no element of any output is
+// written, its own slot included (a small call once copied the rank's own chunk in first).
+// Small (inline), converting int64 into float32 (the torch documentation's example), and
+// 64 KiB (written one-sided).
 void expect_size_mismatch_raises_and_writes_nothing(int rank, int world) {
-  const int64_t n = rank == 2 ? 5 : 4;
-  Tensor in = zeros({n});
-  Tensor out = zeros({world * n});
-  for (int64_t i = 0; i < out.numel(); ++i)
-    out.set(i, -7);
-  expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
-  for (int r = 0; r < world; ++r) {
-    if (r == rank) continue;
-    for (int64_t i = 0; i < n; ++i)
-      RANK_CHECK(out.item(r * n + i) == -7, "slot " << r << " element " << i);
+  struct Case {
+    int64_t n;
+    DType in_dt;
+  };
+  for (const Case c : {Case{4, DType::Float32}, Case{4, DType::Int64}, Case{16384, DType::Float32},
+                       Case{16384, DType::Int64}}) {
+    const int64_t n = rank == 2 ? c.n + 1 : c.n;
+    Tensor in = zeros({n}, c.in_dt);
+    Tensor out = zeros({world * n});
+    for (int64_t i = 0; i < out.numel(); ++i)
+      out.set(i, -7);
+    expect_throw_with<InvalidArgument>([&] { all_gather_into_tensor(out, in); }, "disagree");
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      RANK_CHECK(out.item(i) == -7, c.n << " elements of " << dtype_name(c.in_dt) << ": slot "
+                                        << i / n << " element " << i % n << " was written");
+    }
   }
 }
 

@@ -338,5 +338,41 @@ TEST(SymmetricMemory, AShapeOneMemberGetsWrongRaisesOnEveryMember) {
   }));
 }
 
+// Members that ask for different tensors (another size, the same size in another shape,
+// another dtype; zero bytes too, which skips the offers of dropped windows) raise on every
+// member under empty()'s own name, naming each member's ask, where each once kept memory of
+// its own without a word; the group makes windows afterwards.
+TEST(SymmetricMemory, MembersThatAskForDifferentTensorsRaiseOnEveryMember) {
+  expect_all_ok(run_ranks(2, [](int rank, int p) {
+    struct Case {
+      std::vector<int64_t> mine, theirs;
+      DType my_dtype, their_dtype;
+      const char* said;
+    };
+    for (const Case& c :
+         {Case{{4, 2},
+               {4, 3},
+               DType::Float32,
+               DType::Float32,
+               "rank 0 (4, 2) torch.float32, rank 1 (4, 3) torch.float32"},
+          Case{{8},
+               {2, 4},
+               DType::Float32,
+               DType::Float32,
+               "rank 0 (8,) torch.float32, rank 1 (2, 4) torch.float32"},
+          Case{{kLarge}, {kLarge}, DType::Float32, DType::Int32, "torch.int32"},
+          Case{{0}, {0, 2}, DType::Float32, DType::Float32, "rank 1 (0, 2) torch.float32"}}) {
+      const auto& sizes = rank == 1 ? c.theirs : c.mine;
+      const DType dt = rank == 1 ? c.their_dtype : c.my_dtype;
+      expect_throw_with<InvalidArgument>([&] { (void)empty(sizes, dt); }, c.said);
+      expect_throw_with<InvalidArgument>([&] { (void)empty(sizes, dt); },
+                                         "empty (group 0 (ranks [0, 1])): the members ask for "
+                                         "different tensors");
+    }
+    Tensor out = empty({p * kLarge}, DType::Float32);
+    gather_into(out, {}, kLarge, DType::Float32, 0);
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll

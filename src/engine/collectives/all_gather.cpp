@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "engine/agreement.hpp"
 #include "engine/call.hpp"
@@ -25,7 +26,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
-  const char* name = collective_name(a.op);
+  const char* name = a.title ? a.title : collective_name(a.op);
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
   transport::Transport& t = e.transport();
@@ -77,9 +78,9 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     convert_elements(own_slot, a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
     own_copied = true;
   };
-  if (!own_from_input) copy_own();
   if (p == 1) {
     if (!a.local_error.empty()) throw InvalidArgument(call.where() + ": " + a.local_error);
+    copy_own();
     return;
   }
 
@@ -87,8 +88,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
     try {
       input_region = t.register_memory(const_cast<void*>(a.in), chunk);
     } catch (const TransportError&) {
-      own_from_input = false;
-      copy_own();
+      own_from_input = false;  // copied from the output once the descriptors agree
     }
   }
 
@@ -97,8 +97,19 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
   // round, no registration, no data phase. Every rank decides alike (same chunk size, same
   // limit); a rank whose sizes differ is caught by check_descriptors either way.
+  // Nothing is written into the output before every rank's descriptor has been checked (a
+  // mismatch raises with the output untouched): an inline chunk rides from the input, or from
+  // its conversion, and our own chunk is copied in once the descriptors agree.
+  std::vector<uint8_t> converted;
   if (inline_path) {
-    mine.inline_data = {out + static_cast<size_t>(g.rank) * chunk, chunk};
+    const uint8_t* own = static_cast<const uint8_t*>(a.in);
+    if (a.in_dtype != a.out_dtype) {
+      converted.resize(chunk);
+      convert_elements(converted.data(), a.out_dtype, a.in, a.in_dtype,
+                       static_cast<size_t>(a.in_numel));
+      own = converted.data();
+    }
+    mine.inline_data = {own, chunk};
   } else if (window) {
     mine.window = window->id;
     mine.window_offset = window_offset;
@@ -143,6 +154,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
   check_descriptors(call, all);
   if (chunk == 0) return;
+  // The window's stores take our chunk from the input themselves.
+  if (!own_from_input && !window) copy_own();
   if (inline_path) {
     for (int r = 0; r < p; ++r) {
       if (r == g.rank) continue;
