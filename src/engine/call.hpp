@@ -1,6 +1,6 @@
 #pragma once
 // One collective call in flight, and the descriptor round every call starts with. Internal to
-// src/engine: the collectives (engine.cpp, all_reduce.cpp) are built from these pieces.
+// src/engine: the collectives (src/engine/collectives/) are built from these pieces.
 
 #include <atomic>
 #include <exception>
@@ -86,7 +86,7 @@ class Call {
   int global(int group_rank) const { return g_.members[group_rank]; }
   const GroupState& group() const { return g_; }
 
-  // Ring-step mode (exchange_descriptors in call.cpp): a rank may see only its ring
+  // Ring-step mode (exchange_descriptors in control_plane.cpp): a rank may see only its ring
   // successor's descriptor, so a disagreement is found by the rank before it and by nobody
   // else. Errors then spread along the ring: a rank that leaves the call with an
   // InvalidArgument tells both ring neighbours (group ranks `pred`, `succ`), and a rank whose

@@ -93,7 +93,8 @@ struct CallDescriptor {
   // Throws TransportError on a malformed message. The result views `data`.
   static CallDescriptor parse(const uint8_t* data, size_t length);
   // The call number of a serialized descriptor without parsing the rest; false when `data`
-  // does not start like one. Leftovers of a failed call are found so (engine/call.cpp).
+  // does not start like one. Leftovers of a failed call are found so
+  // (engine/descriptor_messages.cpp).
   static bool peek_seq(const uint8_t* data, size_t length, uint64_t& seq);
 };
 

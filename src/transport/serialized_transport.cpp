@@ -4,7 +4,7 @@
 // thread-safe, so every call runs under one lock; blocking is leader/follower: one thread
 // polls the transport's fds without the lock, the others sleep on a condition variable until
 // it (or any thread's progress) reports something. Uncontended, the lock is what it costs
-// (measured in the README's thread-safety row).
+// (docs/performance.md: 9% of a 64 KiB all-gather's samples on 2 ranks).
 
 #include <sys/eventfd.h>
 #include <unistd.h>

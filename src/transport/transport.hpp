@@ -135,7 +135,7 @@ class Transport {
   virtual std::shared_ptr<MemoryRegion> pin_memory(void* /*base*/, size_t /*length*/) {
     return nullptr;
   }
-  // After a failed call: stop reusing `region`'s registration (engine/exposed_region.hpp).
+  // After a failed call: stop reusing `region`'s registration (Call's cleanup, engine/call.hpp).
   virtual void forget_registration(const MemoryRegion& /*region*/) {}
   virtual std::unique_ptr<RemoteRegion> unpack_remote(int peer, uint64_t base, size_t length,
                                                       std::span<const uint8_t> packed_key) = 0;

@@ -7,6 +7,10 @@
 - The Python backend (python/src/) is a layer on the public API: it includes rdmacoll/ headers
   and its own, nothing of src/.
 - No source file (C++ or Python) is over 600 lines: a file that grows past that is split along its concerns.
+- Every file of ours a comment names exists: a path such as engine/call.hpp or docs/design.md
+  (from the repository, src/, include/, tests/ or perf/), or a bare source name such as
+  control_plane.cpp (anywhere in the repository). A newcomer who follows a stale one finds
+  nothing.
 
 Usage: check_layout.py SOURCE_DIR. Prints every breach and exits 1 if there is one.
 """
@@ -21,6 +25,10 @@ INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
 CPP = (".cpp", ".hpp", ".h", ".cc")
+# A file name in a comment: word characters, dots, dashes and slashes, ending in one of our
+# extensions.
+NAMED = re.compile(r"(?<![\w./*-])([\w./-]*\w\.(?:cpp|hpp|md))(?![\w])")
+COMMENT = re.compile(r"(//|#)(.*)$")
 
 
 def sources(root, top, suffixes=CPP):
@@ -63,10 +71,48 @@ def main(root):
             if lines > MAX_LINES:
                 breaches.append(f"{path}: {lines} lines, over {MAX_LINES}: split it along its "
                                 "concerns")
+    breaches += stale_names(root)
     for b in breaches:
         print(b)
     print(f"{len(breaches)} breaches of the layout rules" if breaches else "layout rules hold")
     return 1 if breaches else 0
+
+
+def stale_names(root):
+    """Files of ours named in comments that do not exist."""
+    skip = {".git", "build", ".venv", "__pycache__"}
+    basenames, paths = set(), set()
+    for base, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip and not d.startswith("build")]
+        for f in files:
+            rel = os.path.relpath(os.path.join(base, f), root)
+            basenames.add(f)
+            paths.add(rel)
+    def exists(name):
+        if "/" not in name:
+            # A bare name: a source of ours (a bare .md is a file some tool writes).
+            return name.endswith(".md") or name in basenames
+        name = name.lstrip("./")
+        return any(os.path.normpath(os.path.join(pre, name)) in paths
+                   for pre in ("", "src", "include", "tests", "perf")) or \
+            any(p.endswith("/" + name) for p in paths)
+    out = []
+    for top in ("src", "include", "python", "tests", "perf", "scripts"):
+        for path in sources(root, top, CPP + (".py", ".sh")):
+            with open(path, errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = COMMENT.search(line)
+                    if not m or (m.group(1) == "#" and not path.endswith((".py", ".sh"))):
+                        continue
+                    if m.group(1) == "#" and line.lstrip().startswith("#!"):
+                        continue
+                    for name in NAMED.findall(m.group(2)):
+                        if "://" in line or not exists(name):
+                            if "://" in line:
+                                continue
+                            out.append(f"{path}:{number}: a comment names {name}, which does not "
+                                       "exist")
+    return out
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ TEST(StoreGather, EachRankMakesAboutTwoSqrtPRequestsNotP) {
     // p reads each would be p^2 in all.
     EXPECT_LE(total, static_cast<long>(p) * (sqrt_ceil(p) + 3)) << "p " << p;
   }
-  // The figures in docs/bootstrap.md.
+  // The figures in docs/design.md (the rendezvous).
   EXPECT_EQ(StoreGather(1024).steps(0).size(), 1u + 31 + 1 + 31);
   EXPECT_EQ(StoreGather(1024).steps(1).size(), 1u + 32);
   EXPECT_EQ(StoreGather(4096).steps(0).size(), 1u + 63 + 1 + 63);

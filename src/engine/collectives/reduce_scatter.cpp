@@ -78,7 +78,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     }
     WriteSteps steps(call, t, plan, g.scratch.remotes);
     // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
-    // successor's descriptor comes back (engine.cpp, call.hpp).
+    // successor's descriptor comes back (all_gather.cpp, call.hpp).
     if (mine.ok) steps.expect_all(*region);
     const std::vector<CallDescriptor>& all = exchange_descriptors(
         t, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
