@@ -71,7 +71,17 @@ const std::vector<int>& Group::ranks() const {
   return resolve(*this, "Group::ranks").members;
 }
 
+namespace {
+// init, destroy and abort of the default world, one at a time (the README's threading
+// contract): a second thread's init raises "already initialized" instead of racing the first.
+std::timed_mutex& world_mutex() {
+  static std::timed_mutex m;
+  return m;
+}
+}  // namespace
+
 void init_process_group(const InitOptions& options) {
+  std::lock_guard lock(world_mutex());
   if (api::default_world()) {
     throw InvalidArgument(
         "init_process_group: already initialized; call "
@@ -290,6 +300,7 @@ void destroy_group(Group& group) {
 }
 
 void destroy_process_group() {
+  std::lock_guard lock(world_mutex());
   auto& w = api::default_world();
   if (!w) return;
   api::end_world(*w, false);
@@ -308,6 +319,10 @@ void abort_process_group() {
       }
     }
   }
+  // An init or destroy under way on another thread finishes the world itself (the flag above,
+  // left raised, makes its waits end): this exit path does not wait for it.
+  std::unique_lock lock(world_mutex(), std::chrono::milliseconds(250));
+  if (!lock.owns_lock()) return;
   if (auto& w = api::default_world()) {
     api::end_world(*w, true);
     w.reset();

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
 
 #include "bootstrap/address_envelope.hpp"
 #include "bootstrap/store.hpp"
@@ -204,6 +206,40 @@ TEST(Hardening, BadSettingsRaiseAtInit) {
         ::unsetenv("RDMACOLL_SPIN_US");
         ::setenv("RDMACOLL_TIMEOUT_S", "90s", 1);
         init_process_group();
+        destroy_process_group();
+      },
+      without_init()));
+}
+
+// Two threads of a rank call init_process_group at once: one makes the world, the other
+// raises "already initialized" (they once both ran the rendezvous and claimed the rank twice).
+TEST(Hardening, TwoThreadsInitializingAtOnceMakeOneWorld) {
+  expect_all_ok(run_ranks(
+      2,
+      [](int, int world) {
+        std::atomic<int> made{0}, refused{0};
+        std::string other;
+        const auto init = [&] {
+          try {
+            init_process_group();
+            ++made;
+          } catch (const InvalidArgument& e) {
+            if (std::string(e.what()).find("already initialized") != std::string::npos) {
+              ++refused;
+            } else {
+              other = e.what();
+            }
+          } catch (const std::exception& e) {
+            other = e.what();
+          }
+        };
+        std::thread a(init), b(init);
+        a.join();
+        b.join();
+        RANK_CHECK(made == 1 && refused == 1,
+                   made << " made, " << refused << " refused: " << other);
+        testing::gather_and_check({}, 5, DType::Float32, DType::Float32, false);
+        RANK_CHECK(world == 2, "two ranks");
         destroy_process_group();
       },
       without_init()));
