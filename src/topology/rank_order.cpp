@@ -73,13 +73,16 @@ std::vector<int> rail_ring_order(const Layout& layout, const std::vector<std::st
   // The rail every host has (the first by name), where the ring enters host 0.
   std::string common;
   bool found = false;
-  for (const auto& [rail, ranks] : rails.empty() ? decltype(rails)::value_type{} : rails[0]) {
-    const bool everywhere = std::all_of(rails.begin(), rails.end(),
-                                        [&](const auto& host) { return host.count(rail) > 0; });
-    if (everywhere) {
-      common = rail;
-      found = true;
-      break;
+  if (!rails.empty()) {
+    for (const auto& candidate : rails[0]) {
+      const std::string& rail = candidate.first;
+      const bool everywhere = std::all_of(rails.begin(), rails.end(),
+                                          [&](const auto& host) { return host.count(rail) > 0; });
+      if (everywhere) {
+        common = rail;
+        found = true;
+        break;
+      }
     }
   }
   if (!found ||
