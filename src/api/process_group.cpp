@@ -74,8 +74,8 @@ const std::vector<int>& Group::ranks() const {
 namespace {
 // init, destroy and abort of the default world, one at a time (the README's threading
 // contract): a second thread's init raises "already initialized" instead of racing the first.
-std::timed_mutex& world_mutex() {
-  static std::timed_mutex m;
+std::mutex& world_mutex() {
+  static std::mutex m;
   return m;
 }
 }  // namespace
@@ -321,7 +321,7 @@ void abort_process_group() {
   }
   // An init or destroy under way on another thread finishes the world itself (the flag above,
   // left raised, makes its waits end): this exit path does not wait for it.
-  std::unique_lock lock(world_mutex(), std::chrono::milliseconds(250));
+  std::unique_lock lock(world_mutex(), std::try_to_lock);
   if (!lock.owns_lock()) return;
   if (auto& w = api::default_world()) {
     api::end_world(*w, true);
