@@ -67,7 +67,8 @@ class Rendezvous {
   void arrive(bool failed, const KnownDead& known_dead);
   void depart(bool failed);
   // Parting without waiting for anyone (abort_process_group): this rank counts itself in, so
-  // ranks that part normally are not kept waiting for it. Best effort, within a quarter of a second.
+  // ranks that part normally are not kept waiting for it. Best effort, within a quarter of a
+  // second.
   void leave();
 
  private:

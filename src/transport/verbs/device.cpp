@@ -226,8 +226,7 @@ void check_settings() {
   }
   if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
     std::string why;
-    if (!fabric::parse_addr_range(r, &why))
-      throw InvalidArgument("RDMACOLL_IB_ADDR_RANGE: " + why);
+    if (!fabric::parse_addr_range(r, &why)) throw InvalidArgument("RDMACOLL_IB_ADDR_RANGE: " + why);
   }
 }
 
