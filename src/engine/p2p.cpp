@@ -94,11 +94,7 @@ PointToPoint::~PointToPoint() {
   {
     std::lock_guard lock(mu_);
     for (auto& op : ops_) {
-      std::optional<std::string> gone;
-      if (op->peer >= 0 && op->peer != op->me) gone = t_.peer_failure(op->global(op->peer));
-      const std::string why =
-          gone ? "rank " + std::to_string(op->global(op->peer)) + " is gone: " + *gone
-               : std::string("the process group was destroyed");
+      const std::string why = peer_gone(*op, op->peer).value_or("the process group was destroyed");
       fail(*op, std::make_exception_ptr(PeerFailure(op->what() + ": " + why)), done);
     }
     ops_.clear();
@@ -317,12 +313,9 @@ void PointToPoint::check_alive(Op& op) {
     throw PeerFailure(op.what() + ": this process is leaving (abort_process_group)");
   }
   const auto now = Clock::now();
-  if (op.peer >= 0 && op.peer != op.me && now >= op.next_liveness) {
+  if (now >= op.next_liveness) {
     op.next_liveness = now + kLivenessEvery;
-    if (auto why = t_.peer_failure(op.global(op.peer))) {
-      throw PeerFailure(op.what() + ": rank " + std::to_string(op.global(op.peer)) +
-                        " is gone: " + *why);
-    }
+    if (auto gone = peer_gone(op, op.peer)) throw PeerFailure(op.what() + ": " + *gone);
   }
   if (now >= op.deadline) {
     const bool waiting_peer = op.kind == Op::Kind::Send ? !op.cts && !op.transfer : !op.data_done;
@@ -334,11 +327,16 @@ void PointToPoint::check_alive(Op& op) {
   }
 }
 
-void PointToPoint::raise_failed(const Op& op, int peer, const transport::Request& request) {
+std::optional<std::string> PointToPoint::peer_gone(const Op& op, int peer) {
+  if (peer < 0 || peer == op.me) return std::nullopt;
   const int rank = op.global(peer);
-  if (auto why = t_.peer_failure(rank))
-    throw PeerFailure(op.what() + ": rank " + std::to_string(rank) + " is gone: " + *why);
-  throw PeerFailure(op.what() + ": " + request.error());
+  auto why = t_.peer_failure(rank);
+  if (!why) return std::nullopt;
+  return "rank " + std::to_string(rank) + " is gone: " + *why;
+}
+
+void PointToPoint::raise_failed(const Op& op, int peer, const transport::Request& request) {
+  throw PeerFailure(op.what() + ": " + peer_gone(op, peer).value_or(request.error()));
 }
 
 bool PointToPoint::step(Op& op, std::vector<Finished>& done, bool check) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -89,6 +90,8 @@ class PointToPoint {
   void send_clear_to_send(Op& op, int peer, const std::string& refusal);
   bool take_data(Op& op, int peer, std::span<const uint8_t> message);
   void check_alive(Op& op);
+  // "rank N is gone: why" when the transport knows group rank `peer` of `op` failed.
+  std::optional<std::string> peer_gone(const Op& op, int peer);
   // A request of `op` with group rank `peer` failed: the process that exited where the
   // transport knows it, else the request's own words.
   [[noreturn]] void raise_failed(const Op& op, int peer, const transport::Request& request);
