@@ -16,52 +16,45 @@ void VerbsTransport::deliver(VerbsRequest& req, std::span<const uint8_t> payload
   req.complete(payload.size());
 }
 
-void VerbsTransport::handle(const ibv_wc& wc) {
-  const auto kind = static_cast<WrKind>(wc.wr_id >> 62);
-  int lane = static_cast<int>((wc.wr_id >> 56) & 0x3f);
-  int peer = static_cast<int>((wc.wr_id >> 32) & 0xffffff);
-  const uint32_t id = static_cast<uint32_t>(wc.wr_id);  // receive slot, or the lane's number
-  if (kind == kRecvWr) {
-    // A shared receive: the QP it arrived on says from whom. Its slot goes back to the
-    // shared queue whatever happened to the message (once this progress() is through with its
-    // buffer), and the peer is owed a credit for it.
-    repost_.push_back(static_cast<int>(id));
-    const auto from = lane_of_qpn_.find(wc.qp_num);
-    if (from == lane_of_qpn_.end()) return;
-    peer = from->second.first;
-    lane = from->second.second;
-    ReceiveCredits& c = peers_[peer].credits;
-    ++c.arrived;
-    if (c.overran() && !peers_[peer].failure) {
-      mark_failed(peer, "rank " + std::to_string(peer) + " sent " + std::to_string(c.arrived) +
-                            " messages that take a receive where it held credits for " +
-                            std::to_string(c.our_grant + c.handed_back) +
-                            " (a broken or hostile peer)");
-      return;
-    }
-    if (!c.listed_owing) {
-      c.listed_owing = true;
-      owing_.push_back(peer);
-    }
-    if (wc.status != IBV_WC_SUCCESS && lane < lanes_ && !peers_[peer].failure) {
-      // A data QP's receive flushed: that QP went to ERR under a refused write (see
-      // data_lane_recoverable); the pair's data QPs are reset, the peer stays.
-      if (!peers_[peer].data_paused) {
-        start_lane_reset(peer, std::string("receive completion error '") +
-                                   ibv_wc_status_str(wc.status) + "' on a data QP from rank " +
-                                   std::to_string(peer));
-      }
-      return;
-    }
-    if (wc.status != IBV_WC_SUCCESS) {
-      mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
-                            "' (status " + std::to_string(wc.status) + ") on " +
-                            dev_.choice.device + " QP from rank " + std::to_string(peer));
-      return;
-    }
-    handle_receive(wc, peer, lane, id);
+void VerbsTransport::on_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
+  // A shared receive: the QP it arrived on says from whom. Its slot goes back to the shared
+  // queue whatever happened to the message (once this progress() is through with its buffer),
+  // and the peer is owed a credit for it.
+  repost_.push_back(static_cast<int>(slot));
+  if (peer < 0) return;
+  ReceiveCredits& c = peers_[peer].credits;
+  ++c.arrived;
+  if (c.overran() && !peers_[peer].failure) {
+    mark_failed(peer, "rank " + std::to_string(peer) + " sent " + std::to_string(c.arrived) +
+                          " messages that take a receive where it held credits for " +
+                          std::to_string(c.our_grant + c.handed_back) +
+                          " (a broken or hostile peer)");
     return;
   }
+  if (!c.listed_owing) {
+    c.listed_owing = true;
+    owing_.push_back(peer);
+  }
+  if (wc.status != IBV_WC_SUCCESS && lane < lanes_ && !peers_[peer].failure) {
+    // A data QP's receive flushed: that QP went to ERR under a refused write (see
+    // data_lane_recoverable); the pair's data QPs are reset, the peer stays.
+    if (!peers_[peer].data_paused) {
+      start_lane_reset(peer, std::string("receive completion error '") +
+                                 ibv_wc_status_str(wc.status) + "' on a data QP from rank " +
+                                 std::to_string(peer));
+    }
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
+                          "' (status " + std::to_string(wc.status) + ") on " + dev_.choice.device +
+                          " QP from rank " + std::to_string(peer));
+    return;
+  }
+  handle_receive(wc, peer, lane, slot);
+}
+
+void VerbsTransport::on_send(const ibv_wc& wc, int peer, int lane, uint32_t id) {
   if (wc.status != IBV_WC_SUCCESS && data_lane_recoverable(peer, lane, id, wc.status)) return;
   if (wc.status != IBV_WC_SUCCESS) {
     const char* hint =
@@ -72,17 +65,17 @@ void VerbsTransport::handle(const ibv_wc& wc) {
     mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                           "' (status " + std::to_string(wc.status) + ") on " + dev_.choice.device +
                           " QP to rank " + std::to_string(peer) + hint);
-    complete_through(peer, lane, id, false);
+    sends_.complete_through(peer, lane, id, false);
     return;
   }
-  complete_through(peer, lane, id, true);
+  sends_.complete_through(peer, lane, id, true);
 }
 
 void VerbsTransport::handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) {
   if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && (ntohl(wc.imm_data) & eager_ring::kImm)) {
     // A ring: a peer found our sleep epoch. It will not ring again for that epoch, so the
     // next sleep announces a new one.
-    sleep_announced_ = false;
+    eager_.rung();
   } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
     const auto key = std::make_pair(peer, ntohl(wc.imm_data));
     auto it = expects_.find(key);
@@ -142,19 +135,12 @@ void VerbsTransport::mark_failed(int peer, std::string why) {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_ERR;
         ibv_modify_qp(l.qp, &a, IBV_QP_STATE);
-      } else {
-        for (const Posted& x : l.posted)
-          retired.push_back(x.request);
-        sends_in_flight_ -= static_cast<int>(l.posted.size());
-        l.posted.clear();
       }
-      for (const Staged& st : l.staged)
-        retired.push_back(st.request);
-      sends_in_flight_ -= static_cast<int>(l.staged.size());
-      l.staged.clear();
+      const std::vector<uint64_t> dropped = sends_.drop(l, !l.qp);
+      retired.insert(retired.end(), dropped.begin(), dropped.end());
     }
     for (uint64_t r : retired)
-      complete_one(peer, r, false);
+      sends_.complete_one(peer, r, false);
     // Its connection, if one was under way, will not finish: the store need not be asked.
     if (connector_ && (p.link == Link::Offered || p.link == Link::Up)) {
       connector_->unwatch(store_key("qp", peer, me_));
@@ -174,20 +160,13 @@ void VerbsTransport::retire_unflushed(Clock::time_point now) {
       log::warn("verbs: " + std::to_string(l.posted.size()) + " work requests to failed rank " +
                 std::to_string(r) + " had no flush completion after " +
                 std::to_string(kFlushGrace.count()) + " s; retired without one");
-      complete_through(r, lane, l.posted.back().number, false);
+      sends_.complete_through(r, lane, l.posted.back().number, false);
     }
   }
 }
 
 void VerbsTransport::fail_all_of(int peer) {
-  const std::string why = *peers_[peer].failure;
-  for (auto& [id, req] : inflight_) {
-    if (req->peer() == peer && req->state() == Request::State::Pending) req->fail(why);
-  }
-  for (auto& lane : peers_[peer].lanes) {
-    lane.backlog.clear();
-    lane.urgent.clear();
-  }
+  sends_.fail_peer(peer, *peers_[peer].failure);
 }
 
 // The port's outages: port_watch.hpp says why a down port is a warning first.

@@ -16,10 +16,8 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   ibv_device_attr dattr{};
   if (ibv_query_device(dev_.ctx, &dattr) != 0)
     throw TransportError("verbs: ibv_query_device failed: " + errno_text(errno));
-  // The test hook holds the queue small enough for its limit event to fire with a few peers.
   const uint64_t device_max =
-      std::min(static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)),
-               settings::count("RDMACOLL_TEST_SRQ_RECEIVES", verbs_plan::kMaxReceives));
+      verbs_test_hooks::receive_queue_cap(static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)));
   receive_capacity_ = verbs_plan::receive_capacity(peers, device_max);
   grant_ = verbs_plan::grant_per_peer(peers, receive_capacity_);
   if (peers * grant_ > receive_capacity_) {
@@ -33,14 +31,7 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   srq_attr.attr.max_sge = 1;
   srq_ = ibv_create_srq(dev_.pd, &srq_attr);
   if (!srq_) throw TransportError("verbs: ibv_create_srq failed: " + errno_text(errno));
-  // One registered pool for the shared send buffers.
-  ctrl_pool_.assign(kSendBuffers * kCtrlBytes, 0);
-  ctrl_mr_ = std::make_unique<MrEntry>();
-  constexpr int kCtrlAccess = IBV_ACCESS_LOCAL_WRITE;
-  ctrl_mr_->mr = ibv_reg_mr(dev_.pd, ctrl_pool_.data(), ctrl_pool_.size(), kCtrlAccess);
-  if (!ctrl_mr_->mr) throw registration_error(ctrl_pool_.size(), errno);
-  for (int s = 0; s < kSendBuffers; ++s)
-    free_send_.push_back(s);
+  sends_.make_buffers(dev_.pd);
   peers_.resize(world_size);
   Bytes wire(sizeof(WireInfo));
   WireInfo info{};
@@ -155,10 +146,10 @@ void VerbsTransport::touch(int peer) {
     Bytes qpns(4 * static_cast<size_t>(qps_per_peer()) + kEagerWire);
     for (int l = 0; l < qps_per_peer(); ++l) {
       const uint32_t qpn = create_qp(p.lanes[l]);
-      lane_of_qpn_[qpn] = {peer, l};
+      completions_.add_qp(qpn, peer, l);
       std::memcpy(qpns.data() + 4 * l, &qpn, 4);
     }
-    make_eager_ring(peer);
+    eager_.make_block(peer, dev_.pd);
     const uint64_t ring = reinterpret_cast<uint64_t>(p.eager.block.get());
     const uint32_t rkey = p.eager.mr->rkey;
     const uint32_t slots = static_cast<uint32_t>(p.eager.slots);
@@ -230,18 +221,14 @@ bool VerbsTransport::advance(int peer) {
                               " (is it another build of rdmacoll?)");
         return true;
       }
-      std::memcpy(&p.eager.their_ring, qpns.data() + 4 * qps_per_peer(), 8);
-      std::memcpy(&p.eager.their_rkey, qpns.data() + 4 * qps_per_peer() + 8, 4);
-      p.eager.their_block_slots = static_cast<int>(their_slots);
+      uint64_t their_ring = 0;
+      uint32_t their_rkey = 0;
+      std::memcpy(&their_ring, qpns.data() + 4 * qps_per_peer(), 8);
+      std::memcpy(&their_rkey, qpns.data() + 4 * qps_per_peer() + 8, 4);
+      // The peer writes into our ring only after it has seen our "up", published below.
+      eager_.joined(peer, their_ring, their_rkey, static_cast<int>(their_slots));
       p.credits.their_grant = their_grant;
-      if (p.eager.slots > 0 && their_slots > 0) {
-        p.eager.their_slots = static_cast<int>(their_slots);
-        // The peer writes into our ring only after it has seen our "up", published below; it
-        // has no sleep epoch of ours yet, so the next sleep announces one to all.
-        eager_peers_.push_back(peer);
-        sleep_announced_ = false;
-      }
-      delay_for_test(me_);
+      verbs_test_hooks::delay_first_connection(me_);
       for (int l = 0; l < qps_per_peer(); ++l) {
         uint32_t qpn = 0;
         std::memcpy(&qpn, qpns.data() + 4 * l, 4);

@@ -32,6 +32,17 @@ std::string errno_text(int e) {
   return std::strerror(e) + std::string(" (errno ") + std::to_string(e) + ")";
 }
 
+TransportError registration_error(size_t length, int err) {
+  std::string msg =
+      "verbs: ibv_reg_mr of " + std::to_string(length) + " bytes failed: " + errno_text(err);
+  if (err == ENOMEM || err == EPERM) {
+    msg +=
+        "; the locked-memory limit is probably too low: raise it (ulimit -l unlimited, or "
+        "memlock in /etc/security/limits.d)";
+  }
+  return TransportError(msg);
+}
+
 // Fork safety, once per process, before any registration. Kernels from 5.13 keep pinned pages
 // of a forked parent correct by themselves (ibv_is_fork_initialized() says UNNEEDED); there
 // ibv_fork_init() would only mark every registered range MADV_DONTFORK at page granularity, and

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/errors.hpp"
 #include "transport/verbs/fabric.hpp"
 #include "transport/verbs/handles.hpp"
 #include "transport/verbs/verbs_transport.hpp"
@@ -23,6 +24,8 @@ int env_int(const char* name, int fallback);
 // RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
 uint16_t env_pkey();
 std::string errno_text(int e);
+// ibv_reg_mr's failure, with what to do about the usual cause (the locked-memory limit).
+TransportError registration_error(size_t length, int err);
 
 // The verbs settings given as text (RDMACOLL_IB_PKEY, RDMACOLL_IB_ADDR_FAMILY,
 // RDMACOLL_IB_ADDR_RANGE), parsed; InvalidArgument naming the one that is wrong.

@@ -26,7 +26,7 @@
 // messages and point-to-point messages of one tag are matched in the order they were sent.
 //
 // This file is the framing and the block's layout, as pure functions (unit-tested and fuzzed);
-// the rings, credits and epochs live in verbs_transport.cpp.
+// the rings, credits and epochs live in eager_channel.hpp.
 //
 // A slot: the message's number (8 bytes; the first message is 1), its length (2), the receive
 // credit (2: the low 16 bits of how many of the reader's receive-taking requests the writer's

@@ -1,7 +1,7 @@
 #pragma once
 // Fabric settings of the verbs transport as pure decisions on tables read from the device, so
 // they are unit-tested without one: which GID to use, which P_Key index, whether a peer needs a
-// GRH, and whether two ports can talk at all. The device queries stay in verbs_transport.cpp.
+// GRH, and whether two ports can talk at all. The device queries stay in device.cpp.
 
 #include <array>
 #include <cstdint>

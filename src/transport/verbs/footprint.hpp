@@ -6,7 +6,7 @@
 // control sends take buffers from one shared pool, and the send work requests in flight over all
 // QPs are capped, which bounds the CQ. Before, every peer had 32 receive and 64 send buffers of 4
 // KiB (about 400 KB pinned per peer, 400 MB per rank at 1024 ranks) and the CQ grew by 96 entries
-// per peer. QPs are made on first use (verbs_transport.cpp), so `peers` is the peers a rank's
+// per peer. QPs are made on first use (connect.cpp), so `peers` is the peers a rank's
 // schedules touch: O(log p) for recursive doubling and Bruck, 2 for the ring.
 
 #include <algorithm>

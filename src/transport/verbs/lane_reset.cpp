@@ -33,7 +33,7 @@ bool VerbsTransport::data_lane_recoverable(int peer, int lane, uint32_t number,
   Lane& l = p.lanes[lane];
   // Posted before the QP's last reset: its error (a flush) is that reset's, already handled.
   if (static_cast<int32_t>(number - l.reset_below) < 0) {
-    complete_through(peer, lane, number, false);
+    sends_.complete_through(peer, lane, number, false);
     return true;
   }
   if (status != IBV_WC_REM_ACCESS_ERR && status != IBV_WC_WR_FLUSH_ERR) return false;
@@ -48,13 +48,13 @@ bool VerbsTransport::data_lane_recoverable(int peer, int lane, uint32_t number,
   if (status == IBV_WC_REM_ACCESS_ERR) {
     for (const Posted& x : p.lanes[lane].posted) {
       if (x.number != number) continue;
-      if (auto it = inflight_.find(x.request); it != inflight_.end()) {
-        if (it->second->state() == Request::State::Pending) it->second->refuse(why);
+      if (VerbsRequest* req = sends_.find(x.request)) {
+        if (req->state() == Request::State::Pending) req->refuse(why);
       }
     }
   }
   if (!p.data_paused) start_lane_reset(peer, why, status == IBV_WC_REM_ACCESS_ERR);
-  complete_through(peer, lane, number, false);
+  sends_.complete_through(peer, lane, number, false);
   return true;
 }
 
@@ -84,28 +84,21 @@ void VerbsTransport::reset_data_lanes(int peer, uint32_t generation, const std::
       Lane& l = p.lanes[lane];
       // RESET drops what is queued without completions: it is retired here, its requests
       // failed, its caps and registrations given back.
-      std::vector<uint64_t> retired;
-      for (const Posted& x : l.posted)
-        retired.push_back(x.request);
-      for (const Staged& st : l.staged)
-        retired.push_back(st.request);
-      sends_in_flight_ -= static_cast<int>(l.posted.size() + l.staged.size());
-      l.posted.clear();
-      l.staged.clear();
+      const std::vector<uint64_t> retired = sends_.drop(l, true);
       l.reset_below = l.next_number;
       for (uint64_t id : retired) {
-        if (auto it = inflight_.find(id); it != inflight_.end()) {
+        if (VerbsRequest* req = sends_.find(id)) {
           // Reset because the peer refused a write: the rest on these QPs went to that peer
           // too (a ring call's next pieces), refused as well.
-          if (it->second->state() == Request::State::Pending) {
+          if (req->state() == Request::State::Pending) {
             if (refused) {
-              it->second->refuse(why);
+              req->refuse(why);
             } else {
-              it->second->fail(why);
+              req->fail(why);
             }
           }
         }
-        complete_one(peer, id, false);
+        sends_.complete_one(peer, id, false);
       }
       ibv_qp_attr a{};
       a.qp_state = IBV_QPS_RESET;

@@ -59,11 +59,6 @@ class VerbsRequest final : public Request {
   std::shared_ptr<const MrCache::Region> source;
 };
 
-// The control buffers' registration.
-struct MrEntry {
-  verbs_handles::Registration mr;
-};
-
 // A buffer inside a registration from the cache (which may cover more than the buffer).
 class VerbsMemoryRegion final : public MemoryRegion {
  public:
@@ -166,6 +161,7 @@ struct Peer {
   struct Eager {
     AlignedBlock block;  // our ring, then the credit and epoch lines
     verbs_handles::Registration mr;
+    uint32_t lkey = 0;  // mr's, for the writes of our words
     int slots = 0;
     uint64_t taken = 0;     // messages taken from our ring
     uint64_t credited = 0;  // `taken` as last written back to the peer

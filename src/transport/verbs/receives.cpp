@@ -108,7 +108,7 @@ void VerbsTransport::hand_back_credits() {
     if (!p.failure && c.arrived > c.handed_back) {
       c.handed_back = c.arrived;
       // A peer asleep with work waiting for these credits is rung once they have landed.
-      write_word(peer, Word::ReceiveCredit, c.handed_back);
+      eager_.write_word(peer, Word::ReceiveCredit, c.handed_back);
     }
     c.listed_owing = false;
     return true;

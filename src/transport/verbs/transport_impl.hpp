@@ -1,14 +1,14 @@
 #pragma once
-// The verbs transport's class, shared by the files that implement it (as NCCL's net_ib and Gloo's
-// ibverbs split theirs): verbs_transport.cpp (the Transport interface), connect.cpp (QPs made
-// on first use through the store), send_queue.cpp (staging, doorbells, retiring completions),
-// completions.cpp (the CQ, receives, failures, async events), eager_channel.cpp (the write ring
-// for control messages), receives.cpp (the shared receive queue and its credits), lane_reset.cpp
-// (data QPs reset after a refused write), route.cpp (RoCE reachability). State with a
-// lifetime of its own has its own object: the device with its PD and CQ (device.hpp), one
-// peer's connection (peer.hpp), the port's outages (port_watch.hpp), the registration cache
-// (mr_cache.hpp), the store I/O of connecting (connector.hpp). Nothing outside
-// src/transport/verbs includes it.
+// The verbs transport's class, which wires together the objects that own the state (as Gloo's
+// ibverbs/{device,pair,buffer,memory_region}): the device with its PD and CQ (device.hpp), each
+// peer's connection (peer.hpp), the send queue (send_queue.hpp), the CQ's reader
+// (completion_dispatcher.hpp), the eager channel (eager_channel.hpp), the port's outages
+// (port_watch.hpp), the registration cache (mr_cache.hpp), the store I/O of connecting
+// (connector.hpp); test-only hooks stay outside it (test_hooks.hpp). Its own files:
+// verbs_transport.cpp (the Transport interface), connect.cpp (QPs made on first use through the
+// store), completions.cpp (what a completion means, failures, async events), receives.cpp (the
+// shared receive queue and its credits), lane_reset.cpp (data QPs reset after a refused write),
+// route.cpp (RoCE reachability). Nothing outside src/transport/verbs includes it.
 
 #include "transport/verbs/verbs_transport.hpp"
 
@@ -40,8 +40,10 @@
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
 #include "transport/peer_liveness.hpp"
+#include "transport/verbs/completion_dispatcher.hpp"
 #include "transport/verbs/connector.hpp"
 #include "transport/verbs/device.hpp"
+#include "transport/verbs/eager_channel.hpp"
 #include "transport/verbs/eager_ring.hpp"
 #include "transport/verbs/fabric.hpp"
 #include "transport/verbs/footprint.hpp"
@@ -50,6 +52,8 @@
 #include "transport/verbs/mr_cache.hpp"
 #include "transport/verbs/peer.hpp"
 #include "transport/verbs/port_watch.hpp"
+#include "transport/verbs/send_queue.hpp"
+#include "transport/verbs/test_hooks.hpp"
 
 namespace rdmacoll::transport::verbs_impl {
 
@@ -62,21 +66,14 @@ using verbs_device::gid_table;
 using verbs_device::init_fork_safety;
 using verbs_device::open_device;
 using verbs_device::OpenDevice;
+using verbs_device::registration_error;
 using verbs_device::sysfs_traffic_class;
 
-using verbs_plan::kCtrlBytes;
-using verbs_plan::kSendBuffers;
-using verbs_plan::kSendDepth;
-using verbs_plan::kSendsInFlight;
 constexpr size_t kMaxWrite = size_t{1} << 30;
 static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
-// inside the work request (no DMA read of a send buffer) where the device offers it; work
-// requests built between two progress() calls are chained and posted with one doorbell, and only
-// the last of a batch (and every kSignalEvery-th) asks for a completion: RC completes in order,
-// so one completion retires everything posted before it.
+// inside the work request (no DMA read of a send buffer) where the device offers it.
 constexpr uint32_t kWantInline = 256;
-constexpr int kSignalEvery = 16;
 // Async events (port, QP, CQ errors) are read at most this often while busy, and after every
 // sleep (their fd is among those waited on): not with a read(2) per progress() call.
 constexpr std::chrono::milliseconds kAsyncEventInterval{10};
@@ -98,13 +95,6 @@ constexpr int kRnrRetry = 6;
 // fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
 constexpr int kMaxLanes = 16;
-// Writes the transport makes for itself (credits, sleep epochs, rings, keepalives) never wait
-// behind the work that waits for them: they have a queue of their own per QP, drained first,
-// and room kept for them in each send queue and in the cap on sends in flight, which other work
-// does not take. Both sides of a pair may each have a message waiting for the other's credit
-// while owing the other credits: queued behind those messages, the credits would never leave.
-constexpr int kUrgentPerQp = 8;
-constexpr int kUrgentInFlight = 64;
 // RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 inline size_t write_piece_bytes() {
@@ -128,7 +118,10 @@ inline size_t mr_cache_bytes() {
   return settings::count("RDMACOLL_MR_CACHE_MB", 2048) << 20;
 }
 
-class VerbsTransport final : public Transport {
+class VerbsTransport final : public Transport,
+                             private SendQueue::Owner,
+                             private EagerChannel::Owner,
+                             private CompletionDispatcher::Handler {
  public:
   explicit VerbsTransport(const std::string& preferred_device);
 
@@ -200,12 +193,6 @@ class VerbsTransport final : public Transport {
   // One RC QP on our CQ; its number.
   uint32_t create_qp(Lane& lane);
 
-  // Test-only hook: RDMACOLL_TEST_QP_DELAY_MS holds this rank's first QP transitions back when
-  // RDMACOLL_TEST_QP_DELAY_RANK names it (the handshake test's late peer).
-  static void delay_for_test(int my_rank);
-
-  static TransportError registration_error(size_t length, int err);
-
   // Maps and unmaps a page; true when the hook saw it.
   bool probe_unmap_event();
 
@@ -215,16 +202,13 @@ class VerbsTransport final : public Transport {
   // A receive's buffer and key: slot s is in chunk s / kReceiveChunk.
   uint8_t* recv_buffer(int slot);
   uint32_t recv_lkey(int slot) const;
-  uint8_t* send_buffer(int slot) {
-    return ctrl_pool_.data() + static_cast<size_t>(slot) * kCtrlBytes;
-  }
 
   // Posts receives (with new chunks of buffers) until the connected peers' grants are covered.
   void grow_receives();
   // Posts the receives whose completions this progress() handled, as one chain.
   void repost_receives();
   // Takes a credit for a receive-taking work request to `peer`; false when it holds none.
-  bool take_receive_credit(int peer);
+  bool take_receive_credit(int peer) override;
   // Writes credits back to the peers that are owed half their grant.
   void hand_back_credits();
   // The queue's low-water event (receives.cpp).
@@ -257,35 +241,24 @@ class VerbsTransport final : public Transport {
 
   void check_modify(ibv_qp* qp, ibv_qp_attr& a, int mask, int r, const char* state);
 
-  uint64_t track(const std::shared_ptr<VerbsRequest>& req);
+  // Queues `build` on `peer`'s lane (SendQueue::submit) once the pair is touched; work for a
+  // failed peer fails at once. `urgent`: one of the transport's own writes (kUrgentPerQp).
+  void submit(int peer, int lane, Build build, bool urgent = false);
 
-  // Stages `build` now if the peer is connected and its send queue has room, else when the
-  // connection comes up or completions make room; the next flush posts it. `urgent`: one of
-  // the transport's own writes, which may use the room kept for them (kUrgentPerQp).
-  void submit(int peer, int lane, std::function<bool(Staged&)> build, bool urgent = false);
-
-  // Room: the lane's send queue and the cap on sends in flight over all QPs (the CQ's size),
-  // less what is kept for urgent writes unless this is one.
-  bool stage(int peer, int lane, std::function<bool(Staged&)>& build, bool urgent = false);
-
-  // Posts what is staged for `peer` as one chain: one doorbell; the last work request, and
-  // every kSignalEvery-th, asks for a completion.
-  bool flush(int peer, int lane);
+  // SendQueue::Owner: whether the lane takes work now, a refused post, a request that landed.
+  bool lane_open(int peer, int lane) const override;
+  void post_failed(int peer, int err) override;
+  void landed(int peer, const VerbsRequest& req) override;
 
   // A zero-byte write to every peer we wait on and have nothing posted to (see
   // kKeepaliveInterval); its completion is a request nobody waits for.
   void keepalive();
 
-  // Only the lanes that have staged work: progress() runs this twice per call, and a scan of
-  // every peer would cost O(p) on the hot path.
-  bool flush_all();
-
-  // Stages what the backlogs of connected peers can now; forgets the lanes left empty.
-  void drain_backlogs();
-
   void deliver(VerbsRequest& req, std::span<const uint8_t> payload);
 
-  void handle(const ibv_wc& wc);
+  // CompletionDispatcher::Handler: a shared receive's completion, a send's or write's.
+  void on_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot) override;
+  void on_send(const ibv_wc& wc, int peer, int lane, uint32_t number) override;
 
   void handle_receive(const ibv_wc& wc, int peer, int lane, uint32_t slot);
 
@@ -296,36 +269,15 @@ class VerbsTransport final : public Transport {
   // its rkey, its eager slot count and the receives we grant the peer.
   static constexpr size_t kEagerWire = 20;
 
-  // Our ring for `peer`, registered for its writes; none (and SENDs only) if the setting says
-  // 0 or the registration fails.
-  void make_eager_ring(int peer);
-
-  // Whether the next control message to `p` can go into its eager slots: both sides have a
-  // ring and the peer has given back the credit for the slot we would write.
-  static bool eager_slot_free(Peer& p);
-
-  // Takes the messages that have landed whole in our ring for `peer`, in order; true if any.
-  bool poll_eager(int peer);
-
-  // Tells `peer` how many of its messages we have taken: a plain 8-byte write into its credit
-  // line (one in flight at a time, WordWriter).
-  void return_credit(int peer);
-
-  // Before a sleep: a new epoch into every ring peer's block (eager_ring.hpp).
-  void announce_sleep();
-
-  // After an eager write to `peer` has landed: ring it if it announced a sleep we have not rung
-  // for (a zero-byte write whose immediate completes at the peer and wakes it).
-  void wake_if_asleep(int peer);
-
-  // Sets our block's `word` line for `peer` to `value` and writes it into the peer's block:
-  // now, or when the write of it in flight has landed (WordWriter).
-  void write_word(int peer, Word word, uint64_t value);
-  // Posts the write of `word`'s line as it is when the NIC reads it.
-  void post_word(int peer, Word word);
-  // A write of `word` has landed: the next one if the word changed meanwhile, and a ring if
-  // the peer sleeps (a credit it may wait for is there now: the handshake of eager_ring.hpp).
-  void word_landed(int peer, Word word);
+  // EagerChannel::Owner: its writes, a message from a ring, a ring written with garbage.
+  void post_own_write(int peer, std::function<void(Staged&)> fill,
+                      std::optional<Word> word) override {
+    post_unawaited_write(peer, std::move(fill), word);
+  }
+  void on_message(int peer, uint64_t tag, std::span<const uint8_t> payload) override {
+    dispatch_control(peer, tag, payload);
+  }
+  void ring_broken(int peer, std::string why) override { mark_failed(peer, std::move(why)); }
 
   // A one-piece write on the control QP that no caller waits for (keepalives, rings, credits,
   // sleep epochs), an urgent one: `fill` sets the opcode and what it writes; its completion only
@@ -334,7 +286,7 @@ class VerbsTransport final : public Transport {
   void post_unawaited_write(int peer, Fill fill, std::optional<Word> word = std::nullopt) {
     auto req = std::make_shared<VerbsRequest>(peer);
     req->word = word;
-    const uint64_t id = track(req);
+    const uint64_t id = sends_.track(req);
     ++req->pieces;
     submit(
         peer, control_lane(),
@@ -346,13 +298,6 @@ class VerbsTransport final : public Transport {
         },
         true);
   }
-
-  // A completion for work request `number` on `peer`'s lane: RC completes in order, so it also
-  // retires every unsignaled one posted before it. An error completion may name an unsignaled
-  // one (flushed); one already retired (mark_failed retires all) is ignored.
-  void complete_through(int peer, int lane, uint32_t number, bool ok);
-
-  void complete_one(int peer, uint64_t id, bool ok);
 
   // The first failure of a peer moves its QPs to ERR, so nothing posted keeps reading our
   // buffers (a user's tensor after its call returned), and retires what was staged or posted
@@ -398,8 +343,6 @@ class VerbsTransport final : public Transport {
   PortWatch port_;  // our port's outages
   int me_ = -1;
   int world_ = 0;
-  std::vector<uint8_t> ctrl_pool_;  // the shared send buffers
-  std::unique_ptr<MrEntry> ctrl_mr_;
   // Receive buffers, a registered chunk of kReceiveChunk at a time; the queue's capacity, each
   // peer's grant, how many are posted, and the slots to post again after this progress().
   struct ReceiveChunk {
@@ -417,19 +360,16 @@ class VerbsTransport final : public Transport {
   bool receive_limit_armed_ = false;
   std::vector<Peer> peers_;
   verbs_handles::SharedReceiveQueue srq_;
-  std::unordered_map<uint32_t, std::pair<int, int>> lane_of_qpn_;  // QP number -> (peer, lane)
   uint64_t cq_size_ = 0;
-  std::deque<int> free_send_;  // the shared send buffers not in use
-  int sends_in_flight_ = 0;    // staged or posted on any QP, at most kSendsInFlight
-  std::vector<std::pair<int, int>> backlogged_;  // (peer, lane) with a backlog, each once
   std::shared_ptr<Store> store_;
   uint64_t connected_ = 0;                // peers with QPs (connected or connecting)
   std::vector<int> connecting_;           // peers whose connection is in progress
   std::unique_ptr<Connector> connector_;  // the store I/O of connecting, off this lock
   uint64_t connect_seen_ = 0;             // the connector's generation last looked at
   PeerLiveness liveness_;
-  uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, std::shared_ptr<VerbsRequest>> inflight_;
+  Counters counters_;
+  SendQueue sends_{*this, peers_, counters_};  // the send buffers, requests in flight, caps
+  CompletionDispatcher completions_{counters_};
   std::map<std::pair<int, uint32_t>, Expected> expects_;
   std::map<std::pair<int, uint32_t>, int> arrived_;  // immediates that came before their expect
   verbs_imm::TokenTable tokens_;                     // which calls expect writes
@@ -439,21 +379,14 @@ class VerbsTransport final : public Transport {
   std::map<std::pair<int, uint64_t>, std::deque<Bytes>> unexpected_;
   std::unique_ptr<MrCache> cache_;
   bool hooked_ = false;
-  Counters counters_;
   size_t piece_bytes_ = size_t{1} << 20;
   int lanes_ = 1;                  // data lanes
   bool adaptive_routing_ = false;  // RDMACOLL_IB_ADAPTIVE_ROUTING
   int control_lane() const { return lanes_; }
   int qps_per_peer() const { return lanes_ + 1; }
-  int eager_slots_ = eager_ring::kDefaultSlots;  // RDMACOLL_IB_EAGER_SLOTS
-  uint64_t credit_every_ = 1;                    // messages taken per credit write
-  std::vector<int> eager_peers_;                 // peers whose messages come by eager slots
-  uint64_t sleep_epoch_ = 0;                     // our last sleep epoch announced to the ring peers
-  bool sleep_announced_ = false;                 // and no peer has rung for it since
+  EagerChannel eager_{*this, peers_, counters_, eager_slots_per_peer()};
   Clock::time_point sleep_began_{};
-  bool slept_to_timeout_ = false;      // the last sleep ended by poll()'s timeout
   uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)
-  std::vector<std::pair<int, int>> staged_lanes_;  // (peer, lane) with staged work, each once
   bool async_due_ = true;
   Clock::time_point next_async_check_{};
   Clock::time_point next_keepalive_{Clock::now() + kKeepaliveInterval};

@@ -9,9 +9,6 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device)
   piece_bytes_ = write_piece_bytes();
   lanes_ = lanes_per_peer();
   adaptive_routing_ = settings::choice("RDMACOLL_IB_ADAPTIVE_ROUTING") == "1";
-  eager_slots_ = eager_slots_per_peer();
-  // A credit write goes back after half a ring taken without a message to carry it.
-  credit_every_ = static_cast<uint64_t>(std::max(1, eager_slots_ / 2));
   log::info("verbs: writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
             std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") +
             " per peer, and one for control");
@@ -71,7 +68,7 @@ VerbsTransport::~VerbsTransport() {
   }
   srq_.reset();
   receive_chunks_.clear();
-  ctrl_mr_.reset();
+  sends_.release_buffers();
   // The device (the CQ, its channel, the PD) goes last, as a member declared first.
 }
 
@@ -112,8 +109,8 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
   Bytes msg(8 + length);
   std::memcpy(msg.data(), &tag, 8);
   if (length) std::memcpy(msg.data() + 8, data, length);
-  const uint64_t id = track(req);
-  // inflight_ holds the request until its completion, and a failed peer's backlog is dropped,
+  const uint64_t id = sends_.track(req);
+  // The send queue holds the request until its completion, and a failed peer's backlog is dropped,
   // so the raw pointer outlives every call of the builder (no lookup per message).
   VerbsRequest* const r = req.get();
   // Into the peer's eager slots where both sides have a ring, else as a SEND: one path per peer
@@ -122,22 +119,14 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
   // a free slot, or for a receive credit (a SEND takes one of the peer's receives).
   submit(peer, control_lane(), [this, peer, id, r, msg = std::move(msg)](Staged& st) mutable {
     Peer& p = peers_[peer];
-    const bool eager = p.eager.their_slots > 0;
-    if (eager && !eager_slot_free(p)) {
-      ++counters_.eager_slot_waits;
-      return false;
-    }
+    const bool eager = eager_.uses_slots(peer);
+    if (eager && !eager_.slot_free(peer)) return false;
     if (!eager && !take_receive_credit(peer)) return false;
     Bytes framed;
     if (eager) {
       uint64_t tag = 0;
       std::memcpy(&tag, msg.data(), 8);
-      framed.resize(eager_ring::framed_bytes(msg.size() - 8));
-      // It carries our credits to the peer, for its messages and its receive-taking requests:
-      // no separate credit write while we both send.
-      eager_ring::pack(framed.data(), p.eager.sent + 1, tag, msg.data() + 8, msg.size() - 8,
-                       static_cast<uint32_t>(p.eager.taken),
-                       static_cast<uint16_t>(p.credits.arrived));
+      framed = eager_.frame(peer, tag, std::span<const uint8_t>(msg).subspan(8));
     }
     Bytes& bytes = eager ? framed : msg;
     if (bytes.size() <= inline_max_) {
@@ -147,38 +136,71 @@ RequestPtr VerbsTransport::send(int peer, uint64_t tag, const void* data, size_t
       st.wr.send_flags = IBV_SEND_INLINE;
       ++counters_.inline_sends;
     } else {
-      if (free_send_.empty()) {
+      const int slot = sends_.take_buffer(*r);
+      if (slot < 0) {
         if (!eager) --p.credits.used;  // not posted: the credit stays ours
         return false;
       }
-      const int slot = free_send_.front();
-      free_send_.pop_front();
-      r->send_slot = slot;
-      uint8_t* buf = send_buffer(slot);
+      uint8_t* buf = sends_.buffer(slot);
       std::memcpy(buf, bytes.data(), bytes.size());
       st.sge = {reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(bytes.size()),
-                ctrl_mr_->mr->lkey};
+                sends_.buffer_lkey()};
     }
     st.wr.wr_id = make_wr_id(kSendWr, peer, 0);
     st.request = id;
     if (eager) {
-      // A plain write: the receiver polls its ring (and is rung if it sleeps, eager_ring.hpp).
       r->eager = true;
-      st.wr.opcode = IBV_WR_RDMA_WRITE;
-      st.wr.wr.rdma.remote_addr =
-          p.eager.their_ring +
-          (p.eager.sent % static_cast<uint64_t>(p.eager.their_slots)) * eager_ring::kSlotBytes;
-      st.wr.wr.rdma.rkey = p.eager.their_rkey;
-      ++p.eager.sent;
-      p.eager.credited = p.eager.taken;
-      p.credits.handed_back = p.credits.arrived;
-      ++counters_.eager_writes;
+      eager_.take_slot(peer, st);
     } else {
       st.wr.opcode = IBV_WR_SEND;
     }
     return true;
   });
   return req;
+}
+
+void VerbsTransport::submit(int peer, int lane, Build build, bool urgent) {
+  touch(peer);
+  if (peers_[peer].failure) {
+    fail_all_of(peer);
+    return;
+  }
+  sends_.submit(peer, lane, std::move(build), urgent);
+}
+
+bool VerbsTransport::lane_open(int peer, int lane) const {
+  const Peer& p = peers_[peer];
+  // Nothing new goes to a port that is down: it waits in its queue until the port is back
+  // (or fails with the peers past the retry budget). Posting would only spend the QP's
+  // retries, and a software device (rxe) fails a QP whose send finds no route at once.
+  return p.link == Link::Ready && !p.failure && !data_lane_paused(peer, lane) && !port_.down();
+}
+
+void VerbsTransport::post_failed(int peer, int err) {
+  mark_failed(peer, "ibv_post_send to rank " + std::to_string(peer) + " on " + dev_.choice.device +
+                        " failed: " + errno_text(err));
+}
+
+void VerbsTransport::landed(int peer, const VerbsRequest& req) {
+  if (req.eager) eager_.wake_if_asleep(peer);  // it has landed: now look at the epoch
+  if (req.word) eager_.word_landed(peer, *req.word);
+}
+
+void VerbsTransport::keepalive() {
+  std::vector<bool> waited(world_, false);
+  for (const auto& [key, req] : pending_recvs_)
+    waited[key.first] = true;
+  for (const auto& [key, req] : expects_)
+    waited[key.first] = true;
+  for (int r = 0; r < world_; ++r) {
+    Peer& p = peers_[r];
+    if (!waited[r] || r == me_ || p.failure || p.link != Link::Ready || !p.idle()) continue;
+    ++counters_.keepalives;
+    log::trace("verbs: keepalive write to rank " + std::to_string(r));
+    post_unawaited_write(r, [](Staged& st) {
+      st.wr.opcode = IBV_WR_RDMA_WRITE;  // zero bytes: no address or key is checked
+    });
+  }
 }
 
 RequestPtr VerbsTransport::recv(int peer, uint64_t tag, void* buffer, size_t capacity) {
@@ -207,7 +229,7 @@ RequestPtr VerbsTransport::write(const MemoryRegion& src, size_t src_offset,
   const auto& local = static_cast<const VerbsMemoryRegion&>(src);
   const auto& remote = static_cast<const VerbsRemoteRegion&>(dst);
   req->source = local.registration;
-  const uint64_t id = track(req);
+  const uint64_t id = sends_.track(req);
   const uint32_t imm = verbs_imm::immediate(signal);
   // Pieces of at most RDMACOLL_IB_CHUNK, dealt to the lanes in turn; on each lane only the
   // last piece carries the immediate (RC keeps a lane's pieces in order), so the receiver
@@ -311,7 +333,7 @@ void VerbsTransport::cancel(const RequestPtr& request) {
 }
 
 bool VerbsTransport::progress() {
-  bool any = flush_all();
+  bool any = sends_.flush_all();
   cache_->collect();  // deregisters what unmapped memory invalidated (not in the hook)
   const auto now = Clock::now();
   if (async_due_ || now >= next_async_check_) {
@@ -320,38 +342,28 @@ bool VerbsTransport::progress() {
     any = drain_async() || any;
     check_port(now);
   }
-  ibv_wc wc[32];
-  for (;;) {
-    const int n = ibv_poll_cq(dev_.cq, 32, wc);
-    if (n <= 0) break;
-    counters_.completions += static_cast<uint64_t>(n);
-    any = true;
-    for (int i = 0; i < n; ++i)
-      handle(wc[i]);
-  }
+  any = completions_.poll(dev_.cq, *this) || any;
   repost_receives();
   hand_back_credits();
-  for (int peer : eager_peers_)
-    any = poll_eager(peer) || any;
-  slept_to_timeout_ = false;
+  any = eager_.poll() || any;
   any = advance_connections() || any;
   if (now >= next_keepalive_) {
     next_keepalive_ = now + kKeepaliveInterval;
     keepalive();
     retire_unflushed(now);
   }
-  drain_backlogs();  // completions, connections and send buffers may have made room
-  return flush_all() || any;
+  sends_.drain_backlogs();  // completions, connections and send buffers may have made room
+  return sends_.flush_all() || any;
 }
 
 bool VerbsTransport::prepare_wait() {
-  if (flush_all()) return false;  // nothing staged may wait for the next wake-up
+  if (sends_.flush_all()) return false;  // nothing staged may wait for the next wake-up
   // What the connector brought since the last look first; later news writes its fd.
   if (!connecting_.empty() && connector_->generation() != connect_seen_) return false;
-  if (!eager_peers_.empty() && !sleep_announced_) {
+  if (!eager_.may_sleep()) {
     // Eager writes complete nothing here: tell the ring peers first (eager_ring.hpp). The
     // writes' completions wake us, and progress() looks at the rings after them.
-    announce_sleep();
+    eager_.announce_sleep();
     return false;
   }
   if (dev_.armed()) {
@@ -375,16 +387,16 @@ void VerbsTransport::after_wait() {
   const bool connecting = connector_ && connector_->clear_wake();
   const bool completion = dev_.take_event();
   // poll() gives up after 100 ms: a sleep that long which no completion or timer ended.
-  slept_to_timeout_ =
-      !completion && !connecting && Clock::now() - sleep_began_ >= std::chrono::milliseconds(90);
+  eager_.slept(!completion && !connecting &&
+               Clock::now() - sleep_began_ >= std::chrono::milliseconds(90));
 }
 
 Transport::Footprint VerbsTransport::footprint() const {
-  Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_slots_,
+  Footprint f = verbs_plan::plan(connected_, static_cast<uint64_t>(lanes_), eager_.slots(),
                                  static_cast<uint64_t>(std::max(world_ - 1, 0)));
   f.cq_entries = cq_size_;
-  f.sends_in_flight = static_cast<uint64_t>(sends_in_flight_);
-  f.send_buffers_in_use = kSendBuffers - free_send_.size();
+  f.sends_in_flight = static_cast<uint64_t>(sends_.in_flight());
+  f.send_buffers_in_use = sends_.buffers_in_use();
   return f;
 }
 
@@ -397,28 +409,6 @@ std::optional<std::string> VerbsTransport::peer_failure(int peer) {
     if (auto gone = liveness_.failure(peer)) mark_failed(peer, std::move(*gone));
   }
   return p.failure;
-}
-
-void VerbsTransport::delay_for_test(int my_rank) {
-  static std::once_flag once;
-  bool first = false;
-  std::call_once(once, [&] { first = true; });
-  if (!first) return;
-  const uint64_t ms = settings::count("RDMACOLL_TEST_QP_DELAY_MS", 0);
-  const uint64_t rank = settings::count("RDMACOLL_TEST_QP_DELAY_RANK", UINT64_MAX);
-  if (!ms || rank != static_cast<uint64_t>(my_rank)) return;
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
-TransportError VerbsTransport::registration_error(size_t length, int err) {
-  std::string msg =
-      "verbs: ibv_reg_mr of " + std::to_string(length) + " bytes failed: " + errno_text(err);
-  if (err == ENOMEM || err == EPERM) {
-    msg +=
-        "; the locked-memory limit is probably too low: raise it (ulimit -l unlimited, or "
-        "memlock in /etc/security/limits.d)";
-  }
-  return TransportError(msg);
 }
 
 bool VerbsTransport::probe_unmap_event() {
