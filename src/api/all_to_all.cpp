@@ -133,8 +133,8 @@ void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
     }
   }
   const size_t es = element_size(dt);
-  api::Staging in(g.scratch.list_in, static_cast<size_t>(in_total) * es);
-  api::Staging out(g.scratch.list_out, static_cast<size_t>(out_total) * es);
+  api::Staging in(g.scratch.get<api::ListScratch>().in, static_cast<size_t>(in_total) * es);
+  api::Staging out(g.scratch.get<api::ListScratch>().out, static_cast<size_t>(out_total) * es);
   size_t offset = 0;
   for (size_t j = 0; error.empty() && j < inputs.size(); ++j) {
     std::memcpy(in.data() + offset, inputs[j].data(), inputs[j].nbytes());

@@ -141,7 +141,8 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
     }
   }
   const int64_t total = static_cast<int64_t>(g.size()) * input.numel();
-  api::Staging staging(g.scratch.list_out, static_cast<size_t>(total) * element_size(dt));
+  api::Staging staging(g.scratch.get<api::ListScratch>().out,
+                       static_cast<size_t>(total) * element_size(dt));
   engine::AllGatherArgs a;
   a.out = staging.data();
   a.out_dtype = dt;

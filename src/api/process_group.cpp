@@ -99,8 +99,10 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
   o.world_size = group_size;
   o.timeout = timeout;
   std::shared_ptr<World> w = api::make_world(o);
-  std::shared_ptr<GroupState> g = std::move(w->world);
-  g->own_world = w;
+  w->world->own_engine = w->engine.get();
+  // The handle points at the group and owns its world (the aliasing constructor): the world
+  // goes with the last handle, the group first among its parts.
+  std::shared_ptr<GroupState> g(w, w->world.get());
   std::lock_guard lock(standalone_mutex);
   std::erase_if(standalone_groups(), [](const auto& weak) { return weak.expired(); });
   standalone_groups().push_back(g);
@@ -148,7 +150,7 @@ uint64_t bytes_written_to(int peer) {
   return require_world("bytes_written_to").transport->statistics().bytes_written_to(peer);
 }
 bool eager_slots_active(const Group& group) {
-  return resolve(group, "eager_slots_active").scratch.slots.active();
+  return resolve(group, "eager_slots_active").slots.active();
 }
 uint64_t doorbells_rung() {
   return require_world("doorbells_rung").transport->statistics().doorbells_rung;

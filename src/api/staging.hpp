@@ -1,8 +1,9 @@
 #pragma once
 // Where the public API's list forms (all_gather into a list, all_to_all of lists) gather before
-// copying out: one of the group's kept buffers (engine::CallScratch; calls on a group never
-// overlap), not a fresh allocation per call, whose pages would fault in and be zeroed by the
-// kernel on every call from 32 MiB up. A buffer past kKeepBytes goes back after the call.
+// copying out: one of the group's kept buffers (ListScratch, in the group's scratch arena; calls
+// on a group never overlap), not a fresh allocation per call, whose pages would fault in and be
+// zeroed by the kernel on every call from 32 MiB up. A buffer past kKeepBytes goes back after the
+// call.
 
 #include <algorithm>
 #include <cstddef>
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace rdmacoll::api {
+
+// The list forms' buffers, kept by the group (engine/core/scratch_arena.hpp).
+struct ListScratch {
+  std::vector<uint8_t> in, out;
+};
 
 class Staging {
  public:

@@ -114,7 +114,7 @@ World& require_world(const char* what) {
 GroupState& resolve(const Group& group, const char* what) {
   if (group.is_default()) return *require_world(what).world;
   GroupState& g = *state_of(group);
-  if (g.own_world) {  // a standalone group: its world is its own
+  if (g.own_engine) {  // a standalone group: its world is its own
     if (g.destroyed) {
       throw InvalidArgument(std::string(what) + ": " + g.describe() +
                             " was destroyed by destroy_group()");
@@ -137,7 +137,7 @@ GroupState& resolve(const Group& group, const char* what) {
 
 // A standalone group runs on its own world's engine, every other group on the default world's.
 engine::Engine& engine_of(const GroupState& g, const char* what) {
-  if (g.own_world) return *static_cast<World*>(g.own_world.get())->engine;
+  if (g.own_engine) return *g.own_engine;
   return *require_world(what).engine;
 }
 

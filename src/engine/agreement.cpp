@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/exchange_scratch.hpp"
+
 namespace rdmacoll::engine {
 
 namespace {
@@ -106,9 +108,17 @@ void reject(const Call& call, const std::string& reason) {
   throw InvalidArgument(call.where() + ": " + reason);
 }
 
+namespace {
+// The one peer whose descriptor a ring call saw (ExchangeScratch::seen_only), else -1.
+int seen_only(const Call& call) {
+  const ExchangeScratch* s = call.group().scratch.find<ExchangeScratch>();
+  return s ? s->seen_only : -1;
+}
+}  // namespace
+
 // Every rank sees the same descriptors, so every rank raises the same error.
 void check_same_collective(const Call& call, const std::vector<CallDescriptor>& all) {
-  const int only = call.group().scratch.seen_only;
+  const int only = seen_only(call);
   if (only >= 0) {
     const int me = call.group().rank;
     if (auto why = collective_differs(call, me, all[me], only, all[only])) reject(call, *why);
@@ -122,7 +132,7 @@ void check_same_collective(const Call& call, const std::vector<CallDescriptor>& 
 }
 
 void check_rejections(const Call& call, const std::vector<CallDescriptor>& all) {
-  const int only = call.group().scratch.seen_only;
+  const int only = seen_only(call);
   for (size_t r = 0; r < all.size(); ++r) {
     if (only >= 0 && static_cast<int>(r) != only) continue;
     if (!all[r].ok) reject(call, rejected_arguments(call, static_cast<int>(r), all[r]));
@@ -130,7 +140,7 @@ void check_rejections(const Call& call, const std::vector<CallDescriptor>& all) 
 }
 
 void check_descriptors(const Call& call, const std::vector<CallDescriptor>& all) {
-  const int only = call.group().scratch.seen_only;
+  const int only = seen_only(call);
   if (only >= 0) {
     const int me = call.group().rank;
     check_pair(call, me, all[me], only, all[only]);

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/exchange_scratch.hpp"
+
 namespace rdmacoll::engine {
 
 void check_usable(const GroupState& g, const char* op) {
@@ -43,7 +45,7 @@ CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherA
 
 void Call::post_watch() {
   for (int i = 0; i < 2; ++i) {
-    std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[i];
+    std::vector<uint8_t>& buffer = g_.scratch.get<ExchangeScratch>().neighbour_error[i];
     buffer.resize(kMaxErrorBytes);
     const int from = neighbour_[i];
     watch_.push_back({guarded([&] {
@@ -59,7 +61,7 @@ void Call::post_watch() {
 void Call::check_neighbours() {
   for (size_t i = 0; i < watch_.size(); ++i) {
     if (!watch_[i].req->done()) continue;
-    const std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[i];
+    const std::vector<uint8_t>& buffer = g_.scratch.get<ExchangeScratch>().neighbour_error[i];
     const std::string reason(reinterpret_cast<const char*>(buffer.data()),
                              std::min(watch_[i].req->length(), buffer.size()));
     note_error(reason);  // passed on as it came, so every rank raises the finder's words
@@ -76,7 +78,7 @@ void Call::spread_error() noexcept {
       // The successor refused our write because its call is over: its report (sent to us
       // first) says why; pass those words on, not our own failure's.
       wait(watch_, 1, 2);
-      const std::vector<uint8_t>& buffer = g_.scratch.neighbour_error[1];
+      const std::vector<uint8_t>& buffer = g_.scratch.get<ExchangeScratch>().neighbour_error[1];
       note_error(std::string(reinterpret_cast<const char*>(buffer.data()),
                              std::min(watch_[1].req->length(), buffer.size())));
     }

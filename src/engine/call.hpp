@@ -24,6 +24,12 @@ namespace rdmacoll::engine {
 using transport::Clock;
 using transport::RequestPtr;
 
+// A call's lists of requests, kept by the group (core/scratch_arena.hpp) and reused by each call.
+struct PendingLists {
+  std::vector<Pending> recvs;
+  std::vector<Pending> sends;
+};
+
 // One collective call in flight: owns its requests and cancels whatever is still pending
 // when the call ends early, so no receive lands in memory the caller may free.
 class Call {
@@ -34,8 +40,8 @@ class Call {
         op_(op),
         seq_(g.next_seq++),
         spin_(spin),
-        recvs_(g.scratch.recvs),
-        sends_(g.scratch.sends) {
+        recvs_(g.scratch.get<PendingLists>().recvs),
+        sends_(g.scratch.get<PendingLists>().sends) {  // one scan each: no allocation
     recvs_.clear();
     sends_.clear();
   }

@@ -54,7 +54,7 @@ constexpr std::memory_order kSleepingLoad =
 // either it sees our flag, or we see its `sleeping` word).
 void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t flag) {
   const int p = g.size();
-  const EagerSlots& slots = g.scratch.slots;
+  const EagerSlots& slots = g.slots;
   if constexpr (!kTsan) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // our flag stores before these loads
   }
@@ -79,7 +79,7 @@ void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t 
 const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& t, GroupState& g,
                                                           Call& call, const CallDescriptor& mine) {
   const int p = g.size();
-  const EagerSlots& slots = g.scratch.slots;
+  const EagerSlots& slots = g.slots;
   const uint64_t seq = call.seq();
   const uint64_t flag = seq + 1;
   // A small call's descriptor goes as a record in the flag's line (eager_slots.hpp).
@@ -105,7 +105,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
     throw;
   }
   wake_sleepers(t, g, call, flag);
-  auto& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(p);
   s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
@@ -150,13 +150,13 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
 // mode), else -1.
 int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
                     Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
   const bool rd = kind == Rounds::RecursiveDoubling;
   const schedule::Schedule& sched = service_schedule(
       g, rd ? schedule::ServiceRounds::RecursiveDoubling : schedule::ServiceRounds::Bruck);
   ready_rounds(t, g, sched, capacity);
-  const bool ring_step = !rd && s.slots.state() == EagerSlots::State::Off;
+  const bool ring_step = !rd && g.slots.state() == EagerSlots::State::Off;
   RoundHooks hooks;
   int succ = -1;
   if (ring_step) {
@@ -181,19 +181,19 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
                                                         Call& call, const CallDescriptor& mine_in,
                                                         DescriptorsNeeded needed) {
   const int p = g.size();
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.seen_only = -1;
   CallDescriptor mine = stamped(g, mine_in);
-  if (s.slots.active()) return exchange_through_slots(t, g, call, mine);
+  if (g.slots.active()) return exchange_through_slots(t, g, call, mine);
   const size_t capacity = ready_receive_buffers(t, g);
-  s.slots.annotate(t, p, capacity, mine);
+  g.slots.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
     const int parsed = exchange_rounds(t, g, call, capacity, kind, mine, needed);
     if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
         parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data(), parsed);
-    s.slots.advance(t, g.members, g.rank, all);
+    g.slots.advance(t, g.members, g.rank, all);
     return all;
   }
   // The direct round (schedule/service.hpp): every member's descriptor straight to every member.
@@ -232,7 +232,7 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   }
   call.recvs().resize(recvs_before);
   const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
-  s.slots.advance(t, g.members, g.rank, all);
+  g.slots.advance(t, g.members, g.rank, all);
   return all;
 }
 

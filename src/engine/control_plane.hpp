@@ -7,6 +7,7 @@
 
 #include "engine/call.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/exchange_scratch.hpp"
 #include "engine/group_state.hpp"
 #include "transport/transport.hpp"
 

@@ -47,7 +47,7 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
                                                      const uint8_t* const* messages,
                                                      const size_t* lengths, int parsed) {
   const int p = g.size();
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(p);
   s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
@@ -59,7 +59,7 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
 
 // The service schedule of a group's descriptor rounds (schedule/service.hpp), made once.
 const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRounds rounds) {
-  auto& cached = g.scratch.service_schedules;
+  auto& cached = g.scratch.get<ExchangeScratch>().service_schedules;
   auto it = cached.find(rounds);
   if (it == cached.end()) {
     const std::vector<int>& order =
@@ -91,7 +91,7 @@ Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t ca
   if (static_cast<uint64_t>(p) * (largest + 1) >= kTagIndexLimit) return Rounds::Direct;
   const bool fits =
       mode != DescriptorExchange::Bruck && g.hosts <= 1
-          ? g.scratch.slots.state() == EagerSlots::State::Off &&
+          ? g.slots.state() == EagerSlots::State::Off &&
                 kRoundMessageHeader + largest * (capacity + 4) <= t.max_message_bytes()
           : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();
   if (!fits) return Rounds::Direct;
@@ -124,7 +124,7 @@ uint32_t round_index(RoundTags tags, int sender, uint32_t piece, int p) {
 // Sends the descriptors of group ranks `chunks` to `to`.
 void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
                 const std::vector<int>& chunks, std::vector<uint8_t>& out, RoundTags tags) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   std::vector<size_t>& starts = s.round_pieces;
   pack_round(
       static_cast<int>(chunks.size()),
@@ -149,7 +149,7 @@ void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
 // sender could have packed fails the call.
 void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
                    const std::vector<int>& chunks, size_t capacity, RoundTags tags) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const int p = g.size();
   const int n = static_cast<int>(chunks.size());
   int received = 0;
@@ -204,7 +204,7 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
 void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
                 size_t first, size_t end, size_t capacity, RoundTags tags,
                 const RoundHooks& hooks) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   std::vector<int>& chunks = s.round_chunks;
   for (size_t k = first; k < end; ++k) {
     if (s.round_send.size() <= k) s.round_send.resize(k + 1);
@@ -238,7 +238,7 @@ void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine) {
 }
 
 void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int succ) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(g.size());
   s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
   check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
@@ -262,7 +262,7 @@ RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine
 
 void ready_rounds(const transport::Transport& t, GroupState& g, const schedule::Schedule& sched,
                   size_t capacity) {
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const int p = g.size();
   s.incoming.assign(p, nullptr);
   s.incoming_lengths.assign(p, 0);
@@ -287,13 +287,13 @@ CallDescriptor stamped(const GroupState& g, const CallDescriptor& in) {
 // Allocated once per group. Returns that capacity.
 size_t ready_receive_buffers(const transport::Transport& t, GroupState& g) {
   const int p = g.size();
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));
   if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;
   }
-  if (g.hosts > 1) s.slots.off_across_hosts();
+  if (g.hosts > 1) g.slots.off_across_hosts();
   return capacity;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/call_descriptor.hpp"
+#include "engine/core/scratch_arena.hpp"
 #include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
 #include "engine/symmetric.hpp"
@@ -20,50 +21,11 @@
 #include "schedule/service.hpp"
 
 namespace rdmacoll::engine {
+class Engine;
 class PointToPoint;
 }  // namespace rdmacoll::engine
 
 namespace rdmacoll {
-
-// Buffers every call of a group reuses, so that a small collective allocates nothing. Calls of
-// one group never overlap (its GroupQueue runs them one at a time, and a failed call leaves
-// the group unusable), so one set per group is enough.
-struct CallScratch {
-  std::vector<std::vector<uint8_t>> receive;  // descriptor buffers, one per member
-  size_t receive_capacity = 0;
-  std::vector<uint8_t> send;                        // our serialized descriptor
-  std::vector<engine::CallDescriptor> descriptors;  // this call's, index = group rank
-  std::vector<engine::Pending> recvs;
-  std::vector<engine::Pending> sends;
-  std::vector<const uint8_t*> incoming;  // where each member's descriptor is this call
-  std::vector<size_t> incoming_lengths;
-  std::vector<std::vector<uint8_t>> round_send;  // across hosts: each round's messages
-  std::vector<uint8_t> round_receive;            // and the one being received
-  std::vector<size_t> round_pieces;              // where each message of a round starts
-  std::vector<int> round_chunks;                 // the group ranks a round moves
-  // The descriptor rounds' service schedules (schedule/service.hpp), made once per group.
-  std::map<schedule::ServiceRounds, schedule::Schedule> service_schedules;
-  std::map<int, schedule::Schedule> rooted_schedules;  // by root: gather, scatter, reduce
-  int rooted_pays = -1;  // whether they take the rooted rounds (-1: not decided yet)
-  // The public API's list forms gather here before copying out (api/staging.hpp).
-  std::vector<uint8_t> list_in, list_out;
-  int order_position = -1;  // this rank's place in GroupState::order
-  int ring_position = -1;   // and in GroupState::ring_order
-  // A ring call saw only its successor's descriptor (group rank), else -1: all of them.
-  int seen_only = -1;
-  std::vector<uint8_t> neighbour_error[2];  // errors spread by the ring neighbours
-  engine::EagerSlots slots;  // small calls on one host: descriptors through shared memory
-  engine::WritePlan plan;    // the data phase's writes and arrivals (engine/write_steps.hpp)
-  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;  // and the peers' keys
-  std::vector<uint8_t> reduce;  // all_reduce: every member's copy of a segment
-  std::vector<const void*> reduce_chunks;
-  std::vector<uint8_t> rooted;       // reduce: a non-root's reduced piece
-  std::vector<uint64_t> splits;      // all_to_all: our splits as they travel
-  std::vector<uint64_t> pair_words;  // all_to_all's pair rounds: sizes out, in, findings
-  std::vector<uint8_t> bruck;        // all_to_all's Bruck rounds: slots, message out, messages in
-  std::vector<size_t> in_offsets;    // all_to_all: where each piece starts, bytes
-  std::vector<size_t> out_offsets;
-};
 
 namespace detail {
 
@@ -75,9 +37,9 @@ class GroupState {
   // not to call. Run by destroy_group() and when the last handle goes.
   void release();
 
-  // A standalone group (new_standalone_group) holds its own world (store, transport, engine),
-  // which lives as long as the group; declared first, so it goes last.
-  std::shared_ptr<void> own_world;
+  // A standalone group (new_standalone_group) runs on an engine of its own: its world's, which
+  // owns the group and which the group's handles keep alive. Null for every other group.
+  engine::Engine* own_engine = nullptr;
   uint32_t id = 0;              // 0 is the world; new_group() numbers the rest in call order
   std::vector<int> members;     // global ranks, in group rank order
   int rank = -1;                // this process's group rank, -1 for a non-member
@@ -102,8 +64,10 @@ class GroupState {
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   // Windows this member dropped, for empty() to reuse; emptied when the group is released.
   std::shared_ptr<engine::WindowPool> windows = std::make_shared<engine::WindowPool>();
-  CallScratch scratch;
-  engine::GroupQueue queue;  // declared last: drained (its worker joined) before the rest goes
+  // Small calls on one host: descriptors through shared memory (engine/eager_slots.hpp).
+  engine::EagerSlots slots;
+  engine::ScratchArena scratch;  // what its calls reuse, each owner's own struct
+  engine::GroupQueue queue;      // declared last: drained (its worker joined) before the rest goes
 
   int size() const { return static_cast<int>(members.size()); }
   // Sets creation and digest (FNV-1a over the creation number and the member list).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <string>
 
 #include "engine/agreement.hpp"
@@ -24,9 +25,16 @@ std::string refusal_reason(const Call& call, const Error& e) {
   return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
 }
 
+// What the rooted rounds keep per group (core/scratch_arena.hpp): their schedules by root, and
+// whether they pay for this group (-1: not decided yet).
+struct RootedScratch {
+  std::map<int, schedule::Schedule> schedules;
+  int pays = -1;
+};
+
 // The rooted rounds for `root` (schedule/service.hpp), made once per group and root.
 const schedule::Schedule& rooted_rounds(GroupState& g, int root) {
-  auto& cached = g.scratch.rooted_schedules;
+  auto& cached = g.scratch.get<RootedScratch>().schedules;
   auto it = cached.find(root);
   if (it == cached.end()) {
     it = cached.emplace(root, schedule::rooted_schedule(g.ring_order, root, g.rank)).first;
@@ -36,7 +44,7 @@ const schedule::Schedule& rooted_rounds(GroupState& g, int root) {
 
 // schedule::rooted_rounds_pay for the group, decided once.
 bool rooted_rounds_pay(GroupState& g, size_t capacity) {
-  int& pays = g.scratch.rooted_pays;
+  int& pays = g.scratch.get<RootedScratch>().pays;
   if (pays < 0) {
     std::vector<int> on_host(static_cast<size_t>(g.hosts), 0);
     int per_host = 0;
@@ -53,7 +61,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
                                                    Call& call, const CallDescriptor& mine_in,
                                                    int root, const Verdict& verdict) {
   const int p = g.size();
-  CallScratch& s = g.scratch;
+  ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const CallDescriptor mine = stamped(g, mine_in);
   auto own_error = [&] {
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(mine.error));
@@ -61,10 +69,10 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   size_t capacity = 0;
   const DescriptorExchange mode = descriptor_exchange();
   bool rooted =
-      !s.slots.active() && (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
+      !g.slots.active() && (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
   if (rooted) {
     capacity = ready_receive_buffers(t, g);
-    rooted = s.slots.state() == EagerSlots::State::Off &&
+    rooted = g.slots.state() == EagerSlots::State::Off &&
              descriptor_rounds(t, g, capacity) != Rounds::Direct &&
              (mode == DescriptorExchange::Rooted || rooted_rounds_pay(g, capacity));
   }

@@ -18,6 +18,13 @@
 
 namespace rdmacoll::engine {
 
+// The data phase's buffers, kept by the group (core/scratch_arena.hpp) and reused by each call:
+// the plan a collective builds and the peers' unpacked keys.
+struct DataPhase {
+  WritePlan plan;
+  std::vector<std::unique_ptr<transport::RemoteRegion>> remotes;
+};
+
 class WriteSteps {
  public:
   // `remotes` is the group's scratch list for the peers' unpacked keys (one per group rank).

@@ -52,7 +52,7 @@ TEST(WriteSteps, AStepForwardsOnlyWhatTheStepsBeforeItBroughtAtTheFinalOffsets) 
         mine.out_bytes = buf.size();
         mine.key = key;
         mine.signal_token = call.token();
-        WritePlan& plan = c.group.scratch.plan;
+        WritePlan& plan = c.group.scratch.get<DataPhase>().plan;
         plan.clear("output");
         if (c.rank == 0) plan.write({1, 0, 0, 0, kChunk, 0, 0, 1});
         if (c.rank == 1) plan.arrive({0, 0, kChunk, 0, 0, 1});
@@ -60,7 +60,7 @@ TEST(WriteSteps, AStepForwardsOnlyWhatTheStepsBeforeItBroughtAtTheFinalOffsets) 
         if (c.rank == 1) plan.write({2, 0, 0, 0, 2 * kChunk, 0, 0, 2});
         if (c.rank == 2) plan.arrive({1, 0, 2 * kChunk, 0, 0, 2});
         plan.end_step();
-        WriteSteps steps(call, t, plan, c.group.scratch.remotes);
+        WriteSteps steps(call, t, plan, c.group.scratch.get<DataPhase>().remotes);
         steps.expect_all(*region);
         described.arrive_and_wait();
         const transport::MemoryRegion* sources[] = {region.get()};
@@ -106,11 +106,11 @@ TEST(WriteSteps, AWriteOutsideWhatThePeerAdvertisedIsRefusedNamingTheRange) {
     std::vector<CallDescriptor> descriptors(2);
     descriptors[0].out_addr = 0x1000;
     descriptors[0].out_bytes = 128;
-    WritePlan& plan = c.group.scratch.plan;
+    WritePlan& plan = c.group.scratch.get<DataPhase>().plan;
     plan.clear("output");
     plan.write({0, 0, 0, 96, 64, 0, 0, 1});
     plan.end_step();
-    WriteSteps steps(call, t, plan, c.group.scratch.remotes);
+    WriteSteps steps(call, t, plan, c.group.scratch.get<DataPhase>().remotes);
     const transport::MemoryRegion* sources[] = {region.get()};
     try {
       steps.run(descriptors, sources);

@@ -7,6 +7,7 @@
 #include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/reduce_scratch.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
@@ -97,13 +98,13 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
     }
     if (done == numel) return;
   }
-  auto& scratch = g.scratch.reduce;
+  auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   do {
     const int64_t n = std::min(per_piece, numel - done);
     if (scratch.size() < static_cast<size_t>(p) * n * es) scratch.resize(p * n * es);
     all_gather(g,
                round_args(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
-    auto& chunks = g.scratch.reduce_chunks;  // reused: nothing allocated per call
+    auto& chunks = g.scratch.get<ReduceScratch>().chunks;  // reused: nothing allocated per call
     chunks.resize(p);
     for (int r = 0; r < p; ++r)
       chunks[r] = scratch.data() + static_cast<size_t>(r) * n * es;

@@ -49,8 +49,8 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
   const auto* in = static_cast<const uint8_t*>(in_ptr);
   const size_t limit = eager_limit(p, g.hosts, t.max_message_bytes());
   const bool usable = local_error.empty();
-  auto& in_off = g.scratch.in_offsets;
-  auto& out_off = g.scratch.out_offsets;
+  auto& in_off = g.scratch.get<all_to_all_parts::AllToAllScratch>().in_offsets;
+  auto& out_off = g.scratch.get<all_to_all_parts::AllToAllScratch>().out_offsets;
   in_off.assign(p + 1, 0);
   out_off.assign(p + 1, 0);
   if (usable) {
@@ -78,7 +78,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         args.out_numel = static_cast<int64_t>(out_bytes / es);
         args.local_error = local_error;
         CallDescriptor mine = make_descriptor(g, call, args);
-        auto& splits = g.scratch.splits;
+        auto& splits = g.scratch.get<all_to_all_parts::AllToAllScratch>().splits;
         splits.clear();
         transport::Bytes key;
         // Equal pieces that Bruck's rounds would carry travel neither inline nor written.
@@ -154,9 +154,9 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         }
         // Writes into exposed outputs run on the data phase's executor (engine/write_steps.hpp)
         // as one step; pieces for members that exposed nothing travel as messages beside it.
-        WritePlan& plan = g.scratch.plan;
+        WritePlan& plan = g.scratch.get<DataPhase>().plan;
         plan.clear("output");
-        WriteSteps steps(call, t, plan, g.scratch.remotes);
+        WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
         // Arrivals first: pieces copied out of descriptors, expected writes, posted receives.
         for (int i = 1; i < p; ++i) {
           const int r = (me + p - i) % p;

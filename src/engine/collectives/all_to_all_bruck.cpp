@@ -40,7 +40,7 @@ void bruck_rounds(transport::Transport& t, GroupState& g, Call& call, uint8_t* o
   const int me = g.rank;
   const std::vector<schedule::SlotStep> steps = schedule::bruck_all_to_all(p, me);
   const size_t most = static_cast<size_t>(p / 2) * piece;  // a step's message at most
-  auto& buf = g.scratch.bruck;
+  auto& buf = g.scratch.get<AllToAllScratch>().bruck;
   buf.resize(static_cast<size_t>(p) * piece + (steps.size() + 1) * most);
   uint8_t* staging = buf.data();
   uint8_t* packed = staging + static_cast<size_t>(p) * piece;  // the message being sent

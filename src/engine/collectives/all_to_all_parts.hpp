@@ -16,6 +16,15 @@
 
 namespace rdmacoll::engine::all_to_all_parts {
 
+// What all_to_all keeps per group (core/scratch_arena.hpp), reused by each call.
+struct AllToAllScratch {
+  std::vector<uint64_t> splits;      // our splits as they travel
+  std::vector<uint64_t> pair_words;  // the pair rounds: sizes out, in, findings
+  std::vector<uint8_t> bruck;        // Bruck's rounds: slots, message out, messages in
+  std::vector<size_t> in_offsets;    // where each piece starts, bytes
+  std::vector<size_t> out_offsets;
+};
+
 constexpr size_t kWord = sizeof(uint64_t);
 
 // How a rank's splits travel in its descriptor; the length of its splits says which (p >= 2):
@@ -85,7 +94,7 @@ std::string exchange_pairs(transport::Transport& t, GroupState& g, Call& call,
                            const std::vector<int64_t>& in_splits,
                            const std::vector<int64_t>& out_splits);
 // The first pair round's message from member r.
-PairSizes pair_from(const GroupState& g, int r);
+PairSizes pair_from(GroupState& g, int r);
 
 // Whether this rank offers Bruck's rounds for equal pieces of `piece` bytes: they carry up to
 // p/2 pieces per control message. An input that fits inline goes with the descriptors instead:

@@ -82,7 +82,7 @@ std::string exchange_pairs(transport::Transport& t, GroupState& g, Call& call,
   const int me = g.rank;
   // Our sizes to each member at [j], each member's to us at [p + r], each member's finding at
   // [2p + r]: one buffer kept per group.
-  auto& words = g.scratch.pair_words;
+  auto& words = g.scratch.get<AllToAllScratch>().pair_words;
   words.assign(3 * kPairWords * p, 0);
   auto at = [&](int k) { return words.data() + kPairWords * static_cast<size_t>(k); };
   auto read = [&]<typename T>(int k, T& v) { std::memcpy(&v, at(k), sizeof v); };
@@ -159,9 +159,11 @@ std::string exchange_pairs(transport::Transport& t, GroupState& g, Call& call,
   return "";
 }
 
-PairSizes pair_from(const GroupState& g, int r) {
+PairSizes pair_from(GroupState& g, int r) {
   PairSizes s;
-  std::memcpy(&s, g.scratch.pair_words.data() + kPairWords * static_cast<size_t>(g.size() + r),
+  std::memcpy(&s,
+              g.scratch.get<AllToAllScratch>().pair_words.data() +
+                  kPairWords * static_cast<size_t>(g.size() + r),
               sizeof s);
   return s;
 }

@@ -8,6 +8,7 @@
 
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/reduce_scratch.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
 
@@ -25,7 +26,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
   int64_t done = 0;
   if (p > 1 &&
       static_cast<size_t>(numel) * es > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
-    auto& piece = g.scratch.rooted;
+    auto& piece = g.scratch.get<ReduceScratch>().piece;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;
@@ -43,7 +44,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
     }
     if (done == numel) return;
   }
-  auto& scratch = g.scratch.reduce;
+  auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   do {
     const int64_t n = std::min(per_piece, numel - done);
     const size_t need = g.rank == root ? static_cast<size_t>(p) * n * es : 0;

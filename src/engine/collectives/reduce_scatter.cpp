@@ -6,6 +6,7 @@
 #include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/reduce_scratch.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
@@ -46,7 +47,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
   call.run([&] {
     const int p = g.size();
     const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-    auto& scratch = g.scratch.reduce;
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
     if (scratch.size() < (p + 1) * piece) scratch.resize((p + 1) * piece);
     uint8_t* const slots = scratch.data();
     uint8_t* const acc = slots + (p - 1) * piece;
@@ -66,7 +67,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     const int prev = sched.steps[0].recvs[0].peer;
     // Step s writes slot s of the successor's scratch: from our input at step 0, then from the
     // send buffer (s % 2) that the fold of step s - 1's arrival filled.
-    WritePlan& plan = g.scratch.plan;
+    WritePlan& plan = g.scratch.get<DataPhase>().plan;
     plan.clear("scratch");
     for (int s = 0; s + 1 < p; ++s) {
       const int out_piece = sched.steps[s].sends[0].first;
@@ -76,7 +77,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
                   piece, static_cast<uint32_t>(s), out_piece, 1});
       plan.end_step();
     }
-    WriteSteps steps(call, t, plan, g.scratch.remotes);
+    WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
     // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
     // successor's descriptor comes back (all_gather.cpp, call.hpp).
     if (mine.ok) steps.expect_all(*region);
@@ -117,7 +118,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
   call.run([&] {
     const int p = g.size();
     const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-    auto& scratch = g.scratch.reduce;
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
     if (scratch.size() < p * piece) scratch.resize(p * piece);
     uint8_t* const slots = scratch.data();
     std::shared_ptr<transport::MemoryRegion> region;
@@ -135,7 +136,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     // One step: piece j of our input to rank j's scratch at our slot; theirs into ours.
-    WritePlan& plan = g.scratch.plan;
+    WritePlan& plan = g.scratch.get<DataPhase>().plan;
     plan.clear("scratch");
     const size_t offset = static_cast<size_t>(g.rank) * piece;
     for (int i = 1; i < p; ++i) {
@@ -144,13 +145,13 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
       plan.write({j, 0, j * a.stride, offset, piece, static_cast<uint32_t>(g.rank), g.rank, 1});
     }
     plan.end_step();
-    WriteSteps steps(call, t, plan, g.scratch.remotes);
+    WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
     steps.expect_all(*region);
     const SourceView input(const_cast<uint8_t*>(a.in), in_span);
     const transport::MemoryRegion* sources[] = {source ? source.get() : &input};
     steps.run(all, sources);
     // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
-    auto& chunks = g.scratch.reduce_chunks;
+    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
     chunks.resize(p);
     for (int r = 0; r < p; ++r)
       chunks[r] = r == g.rank ? a.in + r * a.stride : slots + r * piece;
@@ -221,7 +222,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
     return;
   }
   // One gather of the whole inputs (p x n elements each) into the scratch, then the fold.
-  auto& scratch = g.scratch.reduce;
+  auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   const size_t whole = static_cast<size_t>(n) * p * es;
   if (scratch.size() < p * whole) scratch.resize(p * whole);
   AllGatherArgs a = round_args(scratch.data(), in, dtype, p, n * p, op, n, local_error);
@@ -229,7 +230,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   all_gather(g, a);
   if (n == 0) return;
   const int rank = g.rank;
-  auto& chunks = g.scratch.reduce_chunks;
+  auto& chunks = g.scratch.get<ReduceScratch>().chunks;
   chunks.resize(p);
   for (int r = 0; r < p; ++r)
     chunks[r] = scratch.data() + r * whole + static_cast<size_t>(rank) * n * es;

@@ -4,6 +4,7 @@
 #include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/reduce_scratch.hpp"
 #include "engine/control_plane.hpp"
 #include "engine/reduce.hpp"
 #include "engine/symmetric.hpp"
@@ -37,7 +38,7 @@ bool run_on_window(Engine& e, GroupState& g, const char* name, const void* tenso
 void fold_members(GroupState& g, const Window& w, size_t at, uint8_t* dst, DType dtype, ReduceOp op,
                   size_t n) {
   const int p = g.size();
-  auto& chunks = g.scratch.reduce_chunks;
+  auto& chunks = g.scratch.get<ReduceScratch>().chunks;
   chunks.resize(p);
   for (int r = 0; r < p; ++r)
     chunks[r] = w.base[r] + at;
