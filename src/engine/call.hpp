@@ -169,6 +169,7 @@ class Call {
           for (size_t i = begin; i < end; ++i) {
             if (!list[i].req->done()) check_alive(list[i].peer);
           }
+          check_members();
           if (Clock::now() >= deadline()) fail<Timeout>(timeout_message(list, begin, end));
           // Listening costs two receives (and their cancels), so only calls that wait pay it.
           if (watching() && watch_.empty()) post_watch();
@@ -203,6 +204,7 @@ class Call {
           for (int peer = 0; peer < p; ++peer) {
             if (peer != g_.rank && !arrived(peer)) check_alive(peer);
           }
+          check_members();
           if (Clock::now() >= deadline()) {
             fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
                           " ms; still waiting for the call descriptor (eager slot) of rank " +
@@ -253,6 +255,20 @@ class Call {
     }
   }
 
+  // A stalled wait looks at every member now and then, not only the ones it waits for: a
+  // member that died while this rank waits on another (recursive doubling's next partner, a
+  // ring neighbour's neighbour) dooms the call, and the member it waits for may have failed the
+  // call already and will send nothing. Without this the wait lasted the whole timeout.
+  static constexpr std::chrono::milliseconds kMembersEvery{50};
+  void check_members() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_members_check_) return;
+    next_members_check_ = now + kMembersEvery;
+    for (int peer = 0; peer < g_.size(); ++peer) {
+      if (peer != g_.rank) check_alive(peer);
+    }
+  }
+
   template <typename E>
   [[noreturn]] void fail(const std::string& message) {
     g_.broken = message;
@@ -270,6 +286,7 @@ class Call {
     return deadline_;
   }
   Clock::time_point deadline_{};
+  Clock::time_point next_members_check_{};
   SpinPolicy spin_;
   Clock::time_point spin_until_{};
   std::vector<Pending>& recvs_;  // the group's scratch lists
