@@ -71,6 +71,16 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
 // member calls it with the store they share, its group rank and the group size.
 Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
                            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// The members of `group` but `excluded_ranks` (group ranks), as a new group over the same
+// connections, in the same order: what a job does when ranks died and it carries on without
+// them (torch's shrink_group, MPI's MPI_Comm_shrink). Only the survivors call it, each alone:
+// no message and no store, so dead, stopped or unreachable ranks cannot hold it up. Survivors
+// must shrink the same groups with the same ranks excluded, in the same order as their other
+// group creations. `group` is left as it is: destroy it once done with it (a call on it may
+// still wait for the excluded ranks). InvalidArgument: a rank out of range or twice, this
+// rank excluded, or no rank left.
+Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
+                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
 // its shared memory is freed, and `group` becomes the default group. Other copies of the
 // handle raise InvalidArgument when used. Dropping the last handle frees a group too. Each

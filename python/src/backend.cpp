@@ -2,6 +2,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +74,35 @@ RdmacollBackend::RdmacollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   init();
 #endif
 }
+
+#if RDMACOLL_TORCH_SHRINK
+RdmacollBackend::RdmacollBackend(rdmacoll::Group group, int rank, int size, Kind kind)
+    : compat::Base(rank, size), group_(std::move(group)), kind_(kind) {}
+
+c10::intrusive_ptr<c10d::Backend> RdmacollBackend::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int /*shrink_flags*/,
+    const c10::intrusive_ptr<Options>& /*opts*/) {
+  WithoutGil no_gil;
+  std::lock_guard lock(world_mutex);
+  std::vector<int> excluded;
+  for (int64_t r : ranks_to_exclude)
+    excluded.push_back(static_cast<int>(std::clamp<int64_t>(r, -1, INT32_MAX)));
+  rdmacoll::Group shrunk;
+  try {
+    shrunk = rdmacoll::shrink_group(group_, excluded);
+  } catch (const rdmacoll::InvalidArgument&) {
+    std::rethrow_exception(to_torch_error(std::current_exception()));
+  }
+  const int rank = rdmacoll::get_rank(shrunk);
+  const int size = rdmacoll::get_world_size(shrunk);
+  // A member group of the default world, as the world's own groups are; a standalone group's
+  // survivors stay on that group's world.
+  const Kind kind = kind_ == Kind::Standalone ? Kind::Standalone : Kind::Member;
+  auto b = c10::make_intrusive<RdmacollBackend>(std::move(shrunk), rank, size, kind);
+  if (world_owner == this) world_owner = b.get();  // the world now ends with the survivors
+  return b;
+}
+#endif
 
 RdmacollBackend::~RdmacollBackend() {
   release(false);

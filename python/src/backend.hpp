@@ -109,6 +109,21 @@ class RdmacollBackend final : public compat::Base {
     release(true);
   }
 #endif
+#if RDMACOLL_TORCH_SHRINK
+  // torch.distributed.shrink_group: a backend of the survivors over the same connections
+  // (rdmacoll::shrink_group), made by each survivor alone, so dead ranks cannot hold it up.
+  // Shrinking the group that made rdmacoll's world hands the world to the shrunk backend, which
+  // torch makes the new default group. SHRINK_ABORT asks nothing more: the parent's work in
+  // flight already fails once the excluded ranks are seen gone.
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+  // The shrunk backend: `group` of `size` members, this rank `rank` in it.
+  RdmacollBackend(rdmacoll::Group group, int rank, int size, Kind kind);
+#endif
 
   // Frees the group (and, for the group that made the world, the world) once; without the GIL.
   void release(bool abort);

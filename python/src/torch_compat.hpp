@@ -21,6 +21,12 @@
 #define RDMACOLL_TORCH2 0
 #endif
 
+// torch.distributed.shrink_group's Backend::shrink (torch 2.10 and later): the build defines
+// RDMACOLL_TORCH_SHRINK where torch's headers declare it.
+#ifndef RDMACOLL_TORCH_SHRINK
+#define RDMACOLL_TORCH_SHRINK 0
+#endif
+
 namespace rdmacoll_torch::compat {
 
 #if RDMACOLL_TORCH2

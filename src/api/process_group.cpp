@@ -13,43 +13,34 @@
 #include "api/debug.hpp"
 #include "api/world.hpp"
 #include "common/ranks.hpp"
+#include "engine/core/group_factory.hpp"
 #include "engine/leaving.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll {
 
+using api::check_id_free;
+using api::kFirstMemberGroupId;
+using api::kGroupIds;
 using api::require_world;
 using api::resolve;
 using api::World;
 
 namespace {
 
-// Group ids (14 bits, in every tag): new_group() numbers its groups 1..8191, in the order every
-// rank calls it; member groups take 8192..16383 from a counter in the world's store. Both wrap
-// around: an id is reused only once its earlier group is gone (destroyed, or its last handle
-// dropped), so a job may make any number of groups, 8191 of each kind alive at once.
-constexpr long kFirstMemberGroupId = 8192;
-constexpr long kGroupIds = 8192;
-
-// Standalone groups, each with a world of its own: abort_process_group() ends them too.
-std::vector<std::weak_ptr<GroupState>>& standalone_groups() {
-  static std::vector<std::weak_ptr<GroupState>> groups;
-  return groups;
-}
-std::mutex standalone_mutex;
-
-// Ids wrap around (kGroupIds): the group that had this id before must be gone.
-void check_id_free(World& ctx, uint32_t id, const char* where) {
-  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
-  for (const auto& w : ctx.groups) {
-    auto g = w.lock();
-    if (g && g->id == id && !g->destroyed) {
-      throw InvalidArgument(std::string(where) + ": too many groups alive at once (at most " +
-                            std::to_string(kGroupIds - 1) + " of each kind); " + g->describe() +
-                            " still holds id " + std::to_string(id) +
-                            ": destroy_group() the groups you are done with");
-    }
-  }
+// A group of `members` (world ranks, in group rank order) of the world `ctx`, but its id and
+// creation number.
+engine::GroupSpec member_spec(const World& ctx, const std::vector<int>& members,
+                              std::optional<std::chrono::milliseconds> timeout) {
+  engine::GroupSpec spec;
+  spec.members = members;
+  spec.global_rank = ctx.rank;
+  for (int r : members)
+    spec.placements.push_back(ctx.placements[static_cast<size_t>(r)]);
+  spec.transport = ctx.transport;
+  spec.generation = ctx.generation;
+  spec.timeout = timeout ? *timeout : ctx.timeout;
+  return spec;
 }
 
 }  // namespace
@@ -103,9 +94,7 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
   // The handle points at the group and owns its world (the aliasing constructor): the world
   // goes with the last handle, the group first among its parts.
   std::shared_ptr<GroupState> g(w, w->world.get());
-  std::lock_guard lock(standalone_mutex);
-  std::erase_if(standalone_groups(), [](const auto& weak) { return weak.expired(); });
-  standalone_groups().push_back(g);
+  api::add_standalone(g, w);
   return Group(std::move(g));
 }
 
@@ -194,21 +183,11 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
     throw InvalidArgument("new_group: ranks " + join_ranks(ranks) + " must lie in [0, " +
                           std::to_string(ctx.world_size) + ")");
   }
-  auto g = std::make_shared<GroupState>();
-  g->generation = ctx.generation;
-  g->transport = ctx.transport;
-  g->id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (kGroupIds - 1));
-  check_id_free(ctx, g->id, "new_group");
-  g->members = sorted;
-  g->global_rank = ctx.rank;
-  g->set_identity(ctx.new_groups_made);  // this new_group call's number, from 1
-  std::vector<topology::LocalPlacement> member_placements;
-  for (int r : sorted)
-    member_placements.push_back(ctx.placements[r]);
-  api::apply_topology(*g, member_placements);
-  const auto it = std::find(sorted.begin(), sorted.end(), ctx.rank);
-  g->rank = it == sorted.end() ? -1 : static_cast<int>(it - sorted.begin());
-  g->timeout = timeout ? *timeout : ctx.timeout;
+  engine::GroupSpec spec = member_spec(ctx, sorted, timeout);
+  spec.id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (kGroupIds - 1));
+  check_id_free(ctx, spec.id, "new_group");
+  spec.creation = ctx.new_groups_made;  // this new_group call's number, from 1
+  auto g = engine::make_group(std::move(spec));
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(g);
   return Group(std::move(g));
@@ -271,19 +250,10 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
                           "rdmacoll's");
   }
   check_id_free(ctx, static_cast<uint32_t>(id), where.c_str());
-  auto g = std::make_shared<GroupState>();
-  g->generation = ctx.generation;
-  g->transport = ctx.transport;
-  g->id = static_cast<uint32_t>(id);
-  g->members = members;
-  g->global_rank = ctx.rank;
-  g->set_identity(static_cast<uint64_t>(id));
-  std::vector<topology::LocalPlacement> member_placements;
-  for (int r : members)
-    member_placements.push_back(ctx.placements[r]);
-  api::apply_topology(*g, member_placements);
-  g->rank = group_rank;
-  g->timeout = wait;
+  engine::GroupSpec spec = member_spec(ctx, members, wait);
+  spec.id = static_cast<uint32_t>(id);
+  spec.creation = static_cast<uint64_t>(id);
+  auto g = engine::make_group(std::move(spec));
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(g);
   return Group(std::move(g));
@@ -313,9 +283,9 @@ void abort_process_group() {
   // Running and queued work fails at its next idle round instead of waiting for peers.
   engine::process_leaving().store(true);
   {
-    std::lock_guard lock(standalone_mutex);
-    for (const auto& weak : standalone_groups()) {
-      if (auto g = weak.lock()) {
+    std::lock_guard lock(api::standalone_mutex());
+    for (const auto& s : api::standalone_groups()) {
+      if (auto g = s.group.lock()) {
         g->queue.drain();
         if (!g->broken) g->broken = "this process left (abort_process_group)";
       }

@@ -12,6 +12,7 @@
 #include "bootstrap/init_method.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "engine/core/group_factory.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::api {
@@ -141,27 +142,6 @@ engine::Engine& engine_of(const GroupState& g, const char* what) {
   return *require_world(what).engine;
 }
 
-void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members) {
-  std::vector<std::string> hosts;
-  for (const auto& m : members)
-    hosts.push_back(m.host);
-  const topology::Layout layout = topology::layout_of(hosts);
-  g.hosts = layout.hosts;
-  g.host_of = layout.host_of;
-  if (settings::choice("RDMACOLL_TOPOLOGY") == "flat") {
-    g.order.resize(members.size());
-    std::iota(g.order.begin(), g.order.end(), 0);
-    g.ring_order = g.order;
-    g.host_of.assign(members.size(), 0);  // flat: no schedule knows hosts
-  } else {
-    g.order = topology::interleaved_order(layout);
-    std::vector<std::string> rails;
-    for (const auto& m : members)
-      rails.push_back(m.nic);
-    g.ring_order = topology::rail_ring_order(layout, rails);
-  }
-}
-
 std::unique_ptr<World> make_world(const InitOptions& options) {
   auto w = std::make_unique<World>();
   bootstrap::RendezvousOptions ro;
@@ -233,18 +213,16 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   w->engine = std::make_unique<engine::Engine>(*w->transport, spin_policy(*w));
 
   w->generation = next_generation();
-  w->world = std::make_shared<GroupState>();
-  GroupState& g = *w->world;
-  g.generation = w->generation;
-  g.transport = w->transport;
-  g.id = 0;
-  g.members.resize(w->world_size);
-  std::iota(g.members.begin(), g.members.end(), 0);
-  apply_topology(g, w->placements);
-  g.rank = w->rank;
-  g.global_rank = w->rank;
-  g.set_identity(0);
-  g.timeout = w->timeout;
+  engine::GroupSpec spec;
+  spec.members.resize(static_cast<size_t>(w->world_size));
+  std::iota(spec.members.begin(), spec.members.end(), 0);
+  spec.global_rank = w->rank;
+  spec.placements = w->placements;
+  spec.transport = w->transport;
+  spec.generation = w->generation;
+  spec.timeout = w->timeout;
+  w->world = engine::make_group(std::move(spec));
+  const GroupState& g = *w->world;
   if (w->rank == 0) {
     log::info("rank 0: " + std::to_string(w->world_size) + " ranks on " + std::to_string(g.hosts) +
               " host(s), transport=" + w->transport->describe() +
@@ -286,6 +264,43 @@ void end_world(World& w, bool abort) {
   // Connections close with the transport: peers still waiting on us raise PeerFailure.
   w.engine.reset();
   w.transport.reset();
+}
+
+void check_id_free(World& ctx, uint32_t id, const char* where) {
+  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
+  for (const auto& w : ctx.groups) {
+    auto g = w.lock();
+    if (g && g->id == id && !g->destroyed) {
+      throw InvalidArgument(std::string(where) + ": too many groups alive at once (at most " +
+                            std::to_string(kGroupIds - 1) + " of each kind); " + g->describe() +
+                            " still holds id " + std::to_string(id) +
+                            ": destroy_group() the groups you are done with");
+    }
+  }
+}
+
+std::vector<Standalone>& standalone_groups() {
+  static std::vector<Standalone> groups;
+  return groups;
+}
+
+std::mutex& standalone_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+void add_standalone(const std::shared_ptr<GroupState>& group, const std::shared_ptr<World>& world) {
+  std::lock_guard lock(standalone_mutex());
+  std::erase_if(standalone_groups(), [](const Standalone& s) { return s.group.expired(); });
+  standalone_groups().push_back({group, world});
+}
+
+std::shared_ptr<World> standalone_world_of(const GroupState& group) {
+  std::lock_guard lock(standalone_mutex());
+  for (const Standalone& s : standalone_groups()) {
+    if (auto g = s.group.lock(); g.get() == &group) return s.world.lock();
+  }
+  return nullptr;
 }
 
 }  // namespace rdmacoll::api

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,28 @@ World& require_world(const char* what);
 // The group a handle means (the default group for a default handle), checked usable by handles.
 GroupState& resolve(const Group& group, const char* what);
 engine::Engine& engine_of(const GroupState& group, const char* what);
-// Virtual orders for a group whose members (in group rank order) have these placements.
-void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members);
+
+// Group ids (14 bits, in every tag): new_group() and shrink_group() number their groups
+// 1..8191, in the order every rank calls them; member groups take 8192..16383 from a counter in
+// the world's store. Both wrap around: an id is reused only once its earlier group is gone
+// (destroyed, or its last handle dropped), so a job may make any number of groups, 8191 of each
+// kind alive at once.
+constexpr long kFirstMemberGroupId = 8192;
+constexpr long kGroupIds = 8192;
+// Ids wrap around (kGroupIds): the group that had this id before must be gone.
+void check_id_free(World& ctx, uint32_t id, const char* where);
+
+// Standalone groups (new_standalone_group) and the groups shrunk from them, with the world each
+// runs on: abort_process_group() ends them, shrink_group() finds a group's world.
+struct Standalone {
+  std::weak_ptr<GroupState> group;
+  std::weak_ptr<World> world;
+};
+std::vector<Standalone>& standalone_groups();
+std::mutex& standalone_mutex();
+void add_standalone(const std::shared_ptr<GroupState>& group, const std::shared_ptr<World>& world);
+// The world a standalone group (or one shrunk from it) runs on; null if it is gone.
+std::shared_ptr<World> standalone_world_of(const GroupState& group);
 
 std::string shape_string(const std::vector<int64_t>& sizes);  // "(4, 2)", "(4,)"
 

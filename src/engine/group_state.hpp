@@ -37,6 +37,9 @@ class GroupState {
   // not to call. Run by destroy_group() and when the last handle goes.
   void release();
 
+  // A shrunk group keeps the group it was shrunk from, and so that group's world, alive;
+  // declared first, so it goes last.
+  std::shared_ptr<const GroupState> parent;
   // A standalone group (new_standalone_group) runs on an engine of its own: its world's, which
   // owns the group and which the group's handles keep alive. Null for every other group.
   engine::Engine* own_engine = nullptr;

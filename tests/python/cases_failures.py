@@ -63,6 +63,57 @@ def case_killed():
     os._exit(0)  # the world is broken; torch's store host may be the dead rank
 
 
+def case_shrink():
+    """torch.distributed.shrink_group on rdmacoll: rank 2 is killed; the survivors' next
+    all_reduce raises, they shrink the default group without it (no message: each alone) and
+    carry on in it, every element right, then shrink a group of their own again."""
+    rank, p = init(timeout_s=20)
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    done = torch.zeros(1)
+    if rank == 2:  # dies once the others are past the warm-up (it only receives)
+        for r in range(p):
+            if r != 2:
+                dist.recv(done, r)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.send(done, 2)
+    start = time.time()
+    try:
+        dist.all_reduce(t)
+        raise AssertionError("no error after rank 2 died")
+    except RuntimeError as e:
+        assert time.time() - start < 5, f"the failure took {time.time() - start:.1f} s"
+        assert isinstance(e, DistBackendError), type(e)
+    start = time.time()
+    dist.shrink_group([2])
+    took = time.time() - start
+    survivors = [r for r in range(p) if r != 2]
+    me = survivors.index(rank)
+    assert dist.get_world_size() == p - 1 and dist.get_rank() == me, (dist.get_rank(), me)
+    for i in range(3):
+        t = torch.arange(1000, dtype=torch.float32) + 1000 * me + i
+        dist.all_reduce(t)
+        want = sum(torch.arange(1000, dtype=torch.float32) + 1000 * r + i
+                   for r in range(p - 1))
+        expect_equal(t, want, f"all_reduce {i} after the shrink")
+        out = torch.zeros((p - 1) * 70000, dtype=torch.int64)
+        dist.all_gather_into_tensor(out, torch.full((70000,), 10 * me + i, dtype=torch.int64))
+        want = torch.cat([torch.full((70000,), 10 * r + i, dtype=torch.int64)
+                          for r in range(p - 1)])
+        expect_equal(out, want, f"all_gather_into_tensor {i} after the shrink")
+    # A group of the survivors, shrunk again by the two that stay.
+    g = dist.new_group(list(range(p - 1)), backend="rdmacoll")
+    if dist.get_rank() < p - 2:
+        pair = dist.shrink_group([p - 2], group=g)
+        t = torch.full((10,), float(dist.get_rank(group=pair) + 1))
+        dist.all_reduce(t, group=pair)
+        expect_equal(t, torch.full((10,), float(sum(range(1, p - 1)))), "the shrunk pair")
+    dist.destroy_process_group()
+    print(f"ok shrink: rank {rank} shrank in {took * 1000:.1f} ms", flush=True)
+    os._exit(0)
+
+
 def case_p2p_killed():
     """A sender killed mid-message: the receiver's recv raises naming the process that exited,
     and destroy_process_group returns at once on every survivor (it once took twice the

@@ -195,10 +195,18 @@ def test_store_wait_that_times_out_leaves_torchs_store_usable():
     assert client.get("k") == b"v"
 
 
-@pytest.mark.parametrize("case", ["killed", "p2p_killed"])
-def test_killed_rank_makes_the_others_raise(case):
-    """Started by hand (rdmacoll-run would end the survivors as soon as one rank dies)."""
-    n, port = 3, free_port()
+SHRINK = subprocess.run([PYTHON, "-c", "import torch.distributed as d; "
+                         "print(hasattr(d, 'shrink_group'))"],
+                        capture_output=True, text=True, check=True).stdout.strip() == "True"
+shrinkable = pytest.mark.skipif(not SHRINK, reason="this torch has no shrink_group")
+
+
+@pytest.mark.parametrize("case,n", [("killed", 3), ("p2p_killed", 3),
+                                    pytest.param("shrink", 4, marks=shrinkable)])
+def test_killed_rank_makes_the_others_raise(case, n):
+    """Started by hand (rdmacoll-run would end the survivors as soon as one rank dies); the
+    last rank dies (shrink: rank 2)."""
+    port = free_port()
     procs = []
     for r in range(n):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
@@ -207,8 +215,11 @@ def test_killed_rank_makes_the_others_raise(case):
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert procs[n - 1].returncode == -signal.SIGKILL, outs[n - 1]
-    for r in range(n - 1):
+    victim = 2 if case == "shrink" else n - 1
+    assert procs[victim].returncode == -signal.SIGKILL, outs[victim]
+    for r in range(n):
+        if r == victim:
+            continue
         assert procs[r].returncode == 0, outs[r]
         assert f"ok {case}: rank" in outs[r], outs[r]
 

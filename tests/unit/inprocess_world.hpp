@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/group_factory.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "topology/topology.hpp"
@@ -26,21 +27,18 @@ using transport::loopback::Fabric;
 // A world's group as init_process_group makes it, for ranks whose hosts are `hosts`.
 inline std::shared_ptr<GroupState> world_group(const std::shared_ptr<transport::Transport>& t,
                                                int rank, const std::vector<std::string>& hosts) {
-  auto g = std::make_shared<GroupState>();
-  g->transport = t;
-  g->id = 0;
-  g->members.resize(hosts.size());
-  std::iota(g->members.begin(), g->members.end(), 0);
-  const topology::Layout layout = topology::layout_of(hosts);
-  g->hosts = layout.hosts;
-  g->host_of = layout.host_of;
-  g->order = topology::interleaved_order(layout);
-  g->ring_order = topology::host_major_order(layout);
-  g->rank = rank;
-  g->global_rank = rank;
-  g->set_identity(0);
-  g->timeout = std::chrono::seconds(60);
-  return g;
+  GroupSpec spec;
+  spec.members.resize(hosts.size());
+  std::iota(spec.members.begin(), spec.members.end(), 0);
+  spec.global_rank = rank;
+  for (const std::string& h : hosts) {
+    topology::LocalPlacement p;
+    p.host = h;
+    spec.placements.push_back(p);
+  }
+  spec.transport = t;
+  spec.timeout = std::chrono::seconds(60);
+  return make_group(std::move(spec));
 }
 
 // `ranks_per_host` ranks on each host (0: every rank on one host).

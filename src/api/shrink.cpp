@@ -1,0 +1,88 @@
+// shrink_group (rdmacoll/process_group.hpp): a group of the survivors, made by each alone.
+
+#include <algorithm>
+#include <string>
+
+#include "api/world.hpp"
+#include "common/ranks.hpp"
+#include "engine/core/group_factory.hpp"
+#include "rdmacoll/errors.hpp"
+#include "rdmacoll/process_group.hpp"
+
+namespace rdmacoll {
+
+using api::World;
+
+namespace {
+
+// Which group ranks stay: `excluded` checked against a group of `size` that this rank (`me`)
+// is a member of.
+std::vector<bool> survivors(const std::vector<int>& excluded, int size, int me,
+                            const std::string& where) {
+  if (excluded.empty()) {
+    throw InvalidArgument(where + ": no rank to exclude; pass the group ranks that are gone");
+  }
+  std::vector<bool> stays(static_cast<size_t>(size), true);
+  for (int r : excluded) {
+    if (r < 0 || r >= size) {
+      throw InvalidArgument(where + ": rank " + std::to_string(r) + " is not a group rank (0 to " +
+                            std::to_string(size - 1) + ")");
+    }
+    if (!stays[static_cast<size_t>(r)]) {
+      throw InvalidArgument(where + ": rank " + std::to_string(r) + " is excluded twice");
+    }
+    stays[static_cast<size_t>(r)] = false;
+  }
+  if (!stays[static_cast<size_t>(me)]) {
+    throw InvalidArgument(where + ": this rank (" + std::to_string(me) +
+                          ") is among the excluded; only the survivors call shrink_group");
+  }
+  return stays;
+}
+
+}  // namespace
+
+Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
+                   std::optional<std::chrono::milliseconds> timeout) {
+  GroupState& g = api::resolve(group, "shrink_group");
+  const std::string where = "shrink_group of " + g.describe();
+  if (!g.is_member()) throw InvalidArgument(where + ": this rank is not a member");
+  const std::vector<bool> stays = survivors(excluded_ranks, g.size(), g.rank, where);
+  // A standalone group's world is its own, kept alive by the shrunk group through its parent.
+  std::shared_ptr<World> own;
+  if (g.own_engine) {
+    own = api::standalone_world_of(g);
+    if (!own) throw InvalidArgument(where + ": its world is gone");
+  }
+  World& ctx = own ? *own : api::require_world("shrink_group");
+  engine::GroupSpec spec;
+  for (int r = 0; r < g.size(); ++r) {
+    if (stays[static_cast<size_t>(r)]) spec.members.push_back(g.members[static_cast<size_t>(r)]);
+  }
+  // Numbered as new_group() numbers its groups: every survivor has made the same groups.
+  spec.id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (api::kGroupIds - 1));
+  api::check_id_free(ctx, spec.id, where.c_str());
+  spec.creation = ctx.new_groups_made;
+  spec.global_rank = ctx.rank;
+  for (int m : spec.members)
+    spec.placements.push_back(ctx.placements[static_cast<size_t>(m)]);
+  spec.transport = ctx.transport;
+  spec.generation = ctx.generation;
+  spec.timeout = timeout ? *timeout : g.timeout;
+  spec.own_engine = g.own_engine;
+  std::shared_ptr<GroupState> parent;
+  if (own) {
+    std::lock_guard lock(api::standalone_mutex());
+    for (const api::Standalone& s : api::standalone_groups()) {
+      if (auto p = s.group.lock(); p.get() == &g) parent = std::move(p);
+    }
+  }
+  spec.parent = parent;
+  auto shrunk = engine::make_group(std::move(spec));
+  std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
+  ctx.groups.push_back(shrunk);
+  if (own) api::add_standalone(shrunk, own);
+  return Group(std::move(shrunk));
+}
+
+}  // namespace rdmacoll
