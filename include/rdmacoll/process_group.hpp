@@ -76,10 +76,14 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
 // them (torch's shrink_group, MPI's MPI_Comm_shrink). Only the survivors call it, each alone:
 // no message and no store, so dead, stopped or unreachable ranks cannot hold it up. Survivors
 // must shrink the same groups with the same ranks excluded, in the same order as their other
-// group creations. `group` is left as it is: destroy it once done with it (a call on it may
-// still wait for the excluded ranks). InvalidArgument: a rank out of range or twice, this
-// rank excluded, or no rank left.
+// group creations. ShrinkMode::Default leaves `group` as it is (a call on it may still wait for
+// the excluded ranks; destroy it once done with it); ShrinkMode::AbortParent first fails the
+// work `group` has running or queued (at once, not at its timeout: for ranks that hang rather
+// than die) and leaves it unusable, as torch's SHRINK_ABORT. InvalidArgument: a rank out of
+// range or twice, this rank excluded, or no rank left.
+enum class ShrinkMode { Default, AbortParent };
 Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
+                   ShrinkMode mode = ShrinkMode::Default,
                    std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
 // its shared memory is freed, and `group` becomes the default group. Other copies of the

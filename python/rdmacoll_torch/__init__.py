@@ -71,6 +71,34 @@ if not hasattr(_dist.Backend, "RDMACOLL"):  # torch keeps registered names upper
         _kwargs["devices"] = ["cpu"]  # "cpu:rdmacoll,cuda:nccl" gives GPUs to NCCL
     _dist.Backend.register_backend("rdmacoll", _create, extended_api=True, **_kwargs)
 
+
+
+def _name_shrunk_groups_custom():
+    """torch.distributed.shrink_group registers the shrunk backend under the device's built-in
+    type (ProcessGroup.BackendType.GLOO for CPU), whatever the backend is; DDP's logger then takes
+    rdmacoll's backend for a ProcessGroupGloo and crashes in set_env_variables (torch 2.15). A
+    shrunk rdmacoll group is registered as a third-party backend is everywhere else (CUSTOM)."""
+    c10d = _dist.distributed_c10d
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    if create is None or getattr(create, "_rdmacoll", False):
+        return
+
+    def create_shrunk(new_backend, *args, **kwargs):
+        pg = create(new_backend, *args, **kwargs)
+        if isinstance(new_backend, _C.RdmacollBackend):
+            import torch
+
+            custom = _dist.ProcessGroup.BackendType.CUSTOM
+            pg._register_backend(torch.device("cpu"), custom, new_backend)
+            pg._set_default_backend(custom)
+        return pg
+
+    create_shrunk._rdmacoll = True
+    c10d._create_shrunk_process_group = create_shrunk
+
+
+_name_shrunk_groups_custom()
+
 # A script that ends without destroy_process_group (an exception, Ctrl-C, sys.exit) leaves at
 # once: its peers raise now instead of waiting for it until their timeout.
 atexit.register(_C.leave_at_exit)

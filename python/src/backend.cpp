@@ -80,7 +80,7 @@ RdmacollBackend::RdmacollBackend(rdmacoll::Group group, int rank, int size, Kind
     : compat::Base(rank, size), group_(std::move(group)), kind_(kind) {}
 
 c10::intrusive_ptr<c10d::Backend> RdmacollBackend::shrink(
-    const std::vector<int64_t>& ranks_to_exclude, int /*shrink_flags*/,
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
     const c10::intrusive_ptr<Options>& /*opts*/) {
   WithoutGil no_gil;
   std::lock_guard lock(world_mutex);
@@ -89,7 +89,11 @@ c10::intrusive_ptr<c10d::Backend> RdmacollBackend::shrink(
     excluded.push_back(static_cast<int>(std::clamp<int64_t>(r, -1, INT32_MAX)));
   rdmacoll::Group shrunk;
   try {
-    shrunk = rdmacoll::shrink_group(group_, excluded);
+    constexpr int kShrinkAbort = 1;  // torch.distributed.SHRINK_ABORT
+    shrunk =
+        rdmacoll::shrink_group(group_, excluded,
+                               (shrink_flags & kShrinkAbort) ? rdmacoll::ShrinkMode::AbortParent
+                                                             : rdmacoll::ShrinkMode::Default);
   } catch (const rdmacoll::InvalidArgument&) {
     std::rethrow_exception(to_torch_error(std::current_exception()));
   }

@@ -113,8 +113,8 @@ class RdmacollBackend final : public compat::Base {
   // torch.distributed.shrink_group: a backend of the survivors over the same connections
   // (rdmacoll::shrink_group), made by each survivor alone, so dead ranks cannot hold it up.
   // Shrinking the group that made rdmacoll's world hands the world to the shrunk backend, which
-  // torch makes the new default group. SHRINK_ABORT asks nothing more: the parent's work in
-  // flight already fails once the excluded ranks are seen gone.
+  // torch makes the new default group. SHRINK_ABORT fails the parent's running and queued work
+  // first (rdmacoll::ShrinkMode::AbortParent), for ranks that hang rather than die.
   bool supportsShrinking() const override {
     return true;
   }

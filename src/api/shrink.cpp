@@ -6,6 +6,7 @@
 #include "api/world.hpp"
 #include "common/ranks.hpp"
 #include "engine/core/group_factory.hpp"
+#include "engine/p2p.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/process_group.hpp"
 
@@ -40,14 +41,25 @@ std::vector<bool> survivors(const std::vector<int>& excluded, int size, int me,
   return stays;
 }
 
+// The parent's running call fails at its next idle round (Call::check_leaving), the queued ones
+// as they start, its point-to-point operations now; then it is unusable.
+void abandon(GroupState& g, const std::string& where) {
+  const std::string why = where + ": abandoned by shrink_group (ShrinkMode::AbortParent)";
+  g.abandoned.store(true, std::memory_order_relaxed);
+  g.queue.drain();
+  if (auto p = g.p2p.lock()) p->abandon(g, why);
+  if (!g.broken) g.broken = why;
+}
+
 }  // namespace
 
-Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
+Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, ShrinkMode mode,
                    std::optional<std::chrono::milliseconds> timeout) {
   GroupState& g = api::resolve(group, "shrink_group");
   const std::string where = "shrink_group of " + g.describe();
   if (!g.is_member()) throw InvalidArgument(where + ": this rank is not a member");
   const std::vector<bool> stays = survivors(excluded_ranks, g.size(), g.rank, where);
+  if (mode == ShrinkMode::AbortParent) abandon(g, where);
   // A standalone group's world is its own, kept alive by the shrunk group through its parent.
   std::shared_ptr<World> own;
   if (g.own_engine) {

@@ -247,6 +247,9 @@ class Call {
     if (process_leaving().load(std::memory_order_relaxed)) {
       fail<PeerFailure>(where() + ": this process is leaving (abort_process_group)");
     }
+    if (g_.abandoned.load(std::memory_order_relaxed)) {
+      fail<PeerFailure>(where() + ": its group was abandoned (shrink_group, AbortParent)");
+    }
   }
 
   void check_alive(int peer) {

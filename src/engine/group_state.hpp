@@ -2,6 +2,7 @@
 // What every rank knows about one group (the world or a new_group): members, this rank's place,
 // the per-call sequence number and cached schedules. Internal: the public Group holds a pointer.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -60,6 +61,8 @@ class GroupState {
   uint64_t digest = 0;                // of creation and members: every member's must agree
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   bool destroyed = false;             // destroy_group() ran: other handles can no longer call
+  // shrink_group(ShrinkMode::AbortParent) gave it up: its running call fails now.
+  std::atomic<bool> abandoned{false};
   // Expired once destroy_process_group() took the transport (which freed everything itself).
   std::weak_ptr<transport::Transport> transport;
   // Its world's point-to-point engine, once the group has sent or received (engine/p2p.hpp).

@@ -3,6 +3,7 @@
 // Real processes over UCX; the dead rank is SIGKILLed.
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -143,6 +144,37 @@ TEST(Shrink, AStandaloneGroupsSurvivorsCarryOnOnItsWorld) {
       opt);
   EXPECT_EQ(results[1].exit_code, 128 + SIGKILL) << testing::describe(results);
   for (int r : {0, 2})
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
+}
+
+TEST(Shrink, AbortingTheParentFailsItsWorkOnAHungRankAtOnceAndTheSurvivorsCarryOn) {
+  const auto results = run_ranks(
+      3,
+      [](int rank, int world) {
+        Tensor pid = zeros({1}, DType::Int64);
+        if (rank == 2) {
+          pid.set(0, static_cast<double>(::getpid()));
+          send(pid, 0);
+          ::raise(SIGSTOP);  // hung, not dead: its pidfd stays quiet, its connections open
+        }
+        if (rank == 0) recv(pid, 2);
+        (void)world;
+        // Work waiting on the hung rank: it would wait the whole timeout (20 s).
+        Tensor t = zeros({1000});
+        Work w = all_reduce(t, ReduceOp::Sum, Group(), true);
+        const auto start = std::chrono::steady_clock::now();
+        Group s = shrink_group(Group(), {2}, ShrinkMode::AbortParent);
+        testing::expect_peer_failure_or_timeout([&] { w.wait(); });
+        const auto took = std::chrono::steady_clock::now() - start;
+        if (rank == 0) ::kill(static_cast<pid_t>(pid.item(0)), SIGKILL);  // the test's end
+        RANK_CHECK(took < 5s, "the parent's work failed at once, not at the 20 s timeout");
+        expect_throw_with<InvalidArgument>([&] { all_reduce(t); }, "abandoned (shrink_group");
+        carry_on(s);
+        destroy_group(s);
+      },
+      survivors_exit_zero());
+  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
+  for (int r : {0, 1})
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
 }
 

@@ -1,5 +1,6 @@
 """Cases: errors, a killed rank, re-initialisation, late ranks, threads, exits, use after
 free, a launcher's and a user's mistakes, a second group and teardown."""
+import copy
 import datetime
 import os
 import signal
@@ -111,6 +112,71 @@ def case_shrink():
         expect_equal(t, torch.full((10,), float(sum(range(1, p - 1)))), "the shrunk pair")
     dist.destroy_process_group()
     print(f"ok shrink: rank {rank} shrank in {took * 1000:.1f} ms", flush=True)
+    os._exit(0)
+
+
+def case_ddp_shrink():
+    """DDP recovery: 4 ranks train; rank 2 is SIGKILLed in the middle of step 5 (after its
+    forward); the survivors' backward raises, they shrink the default group, restore the replica
+    state they kept from the last good step, wrap the model in a new DDP over the shrunk group
+    and finish the run. Their parameters then equal a 3-rank run from that step's state (the
+    average of the 3 survivors' gradients, computed here without any communication)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, p = init(timeout_s=20)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    lr, steps, fail_at = 0.05, 12, 5
+
+    def batch(step, who):  # every rank can make any rank's batch of any step
+        g = torch.Generator().manual_seed(1000 * step + who)
+        return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+
+    def loss_of(net, step, who):
+        x, y = batch(step, who)
+        return torch.nn.functional.mse_loss(net(x), y)
+
+    ddp = DDP(model)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    kept = copy.deepcopy(model.state_dict())
+    step, me, survivors = 0, rank, list(range(p))
+    while step < steps:
+        try:
+            opt.zero_grad()
+            loss = loss_of(ddp, step, survivors[me])
+            if step == fail_at and rank == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+            opt.step()
+            kept = copy.deepcopy(model.state_dict())
+            step += 1
+        except RuntimeError as e:
+            assert step == fail_at and survivors == list(range(p)), (step, str(e))
+            assert isinstance(e, DistBackendError), type(e)
+            dist.shrink_group([2])
+            survivors = [r for r in range(p) if r != 2]
+            me = dist.get_rank()
+            assert survivors[me] == rank and dist.get_world_size() == p - 1
+            model.load_state_dict(kept)
+            ddp = DDP(model)  # over the new default group
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+    # The 3-rank run from the kept state, by hand: the gradient of the survivors' mean loss.
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    torch.manual_seed(0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        who = list(range(p)) if s < fail_at else survivors
+        (sum(loss_of(ref, s, w) for w in who) / len(who)).backward()
+        ref_opt.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        if not torch.allclose(a, b, atol=1e-5, rtol=0):
+            raise AssertionError(f"max difference {(a - b).abs().max().item()} from the 3-rank run")
+    final = sum(loss_of(ref, steps, w) for w in survivors).item() / len(survivors)
+    dist.destroy_process_group()
+    print(f"ok ddp_shrink: rank {rank} finished {steps} steps on {len(survivors)} ranks, "
+          f"loss {final:.5f} as the 3-rank run", flush=True)
     os._exit(0)
 
 

@@ -202,10 +202,11 @@ shrinkable = pytest.mark.skipif(not SHRINK, reason="this torch has no shrink_gro
 
 
 @pytest.mark.parametrize("case,n", [("killed", 3), ("p2p_killed", 3),
-                                    pytest.param("shrink", 4, marks=shrinkable)])
+                                    pytest.param("shrink", 4, marks=shrinkable),
+                                    pytest.param("ddp_shrink", 4, marks=shrinkable)])
 def test_killed_rank_makes_the_others_raise(case, n):
     """Started by hand (rdmacoll-run would end the survivors as soon as one rank dies); the
-    last rank dies (shrink: rank 2)."""
+    last rank dies (the shrink cases: rank 2)."""
     port = free_port()
     procs = []
     for r in range(n):
@@ -215,7 +216,7 @@ def test_killed_rank_makes_the_others_raise(case, n):
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outs = [p.communicate(timeout=120)[0] for p in procs]
-    victim = 2 if case == "shrink" else n - 1
+    victim = 2 if "shrink" in case else n - 1
     assert procs[victim].returncode == -signal.SIGKILL, outs[victim]
     for r in range(n):
         if r == victim:

@@ -12,7 +12,10 @@ namespace rdmacoll::transport::verbs_impl {
 
 void SendQueue::make_buffers(ibv_pd* pd) {
   pool_.assign(static_cast<size_t>(kSendBuffers) * kCtrlBytes, 0);
-  buffers_mr_ = ibv_reg_mr(pd, pool_.data(), pool_.size(), IBV_ACCESS_LOCAL_WRITE);
+  // An int: verbs.h's ibv_reg_mr macro ANDs the flags with another enum's, which clang rejects
+  // in C++20 (-Wdeprecated-enum-enum-conversion).
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE;
+  buffers_mr_ = ibv_reg_mr(pd, pool_.data(), pool_.size(), kAccess);
   if (!buffers_mr_) throw verbs_device::registration_error(pool_.size(), errno);
   for (int s = 0; s < kSendBuffers; ++s)
     free_.push_back(s);
