@@ -75,8 +75,9 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
 // connections, in the same order: what a job does when ranks died and it carries on without
 // them (torch's shrink_group, MPI's MPI_Comm_shrink). Only the survivors call it, each alone:
 // no message and no store, so dead, stopped or unreachable ranks cannot hold it up. Survivors
-// must shrink the same groups with the same ranks excluded, in the same order as their other
-// group creations. ShrinkMode::Default leaves `group` as it is (a call on it may still wait for
+// must shrink the same group with the same ranks excluded (in any order: the group of each
+// survivor is found from them), as often as one another; what else each did before does not
+// matter. ShrinkMode::Default leaves `group` as it is (a call on it may still wait for
 // the excluded ranks; destroy it once done with it); ShrinkMode::AbortParent first fails the
 // work `group` has running or queued (at once, not at its timeout: for ranks that hang rather
 // than die) and leaves it unusable, as torch's SHRINK_ABORT. InvalidArgument: a rank out of
@@ -85,6 +86,9 @@ enum class ShrinkMode { Default, AbortParent };
 Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
                    ShrinkMode mode = ShrinkMode::Default,
                    std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// The group's timeout from now on: calls that have not begun to wait take it (torch's
+// Backend::setTimeout, _set_pg_timeout). Any thread, while calls run.
+void set_timeout(std::chrono::milliseconds timeout, const Group& group = {});
 // Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
 // its shared memory is freed, and `group` becomes the default group. Other copies of the
 // handle raise InvalidArgument when used. Dropping the last handle frees a group too. Each
@@ -224,7 +228,8 @@ Work reject(Collective collective, const std::string& why, const Group& group = 
 // Leaves at once, for a process that is exiting without destroy_process_group (an uncaught
 // exception, a signal): outstanding and queued work fails within a fraction of a second,
 // connections close so that peers raise PeerFailure, and nothing waits for the other ranks.
-// Afterwards the process may initialize again. A no-op when not initialized.
+// Afterwards the process may initialize again; the memory the transport shares with peers
+// stays mapped until the process ends (a peer may be mapping it). A no-op when not initialized.
 void abort_process_group();
 
 }  // namespace rdmacoll

@@ -108,6 +108,16 @@ c10::intrusive_ptr<c10d::Backend> RdmacollBackend::shrink(
 }
 #endif
 
+#if RDMACOLL_TORCH_SET_TIMEOUT
+void RdmacollBackend::setTimeout(std::chrono::milliseconds timeout) {
+  try {
+    rdmacoll::set_timeout(timeout, group_);
+  } catch (const rdmacoll::InvalidArgument&) {
+    std::rethrow_exception(to_torch_error(std::current_exception()));
+  }
+}
+#endif
+
 RdmacollBackend::~RdmacollBackend() {
   release(false);
 }

@@ -124,6 +124,10 @@ class RdmacollBackend final : public compat::Base {
   // The shrunk backend: `group` of `size` members, this rank `rank` in it.
   RdmacollBackend(rdmacoll::Group group, int rank, int size, Kind kind);
 #endif
+#if RDMACOLL_TORCH_SET_TIMEOUT
+  // torch.distributed.set_timeout: the group's later calls take it (rdmacoll::set_timeout).
+  void setTimeout(std::chrono::milliseconds timeout) override;
+#endif
 
   // Frees the group (and, for the group that made the world, the world) once; without the GIL.
   void release(bool abort);

@@ -26,6 +26,10 @@
 #ifndef RDMACOLL_TORCH_SHRINK
 #define RDMACOLL_TORCH_SHRINK 0
 #endif
+// Backend::setTimeout (torch.distributed.set_timeout), likewise.
+#ifndef RDMACOLL_TORCH_SET_TIMEOUT
+#define RDMACOLL_TORCH_SET_TIMEOUT 0
+#endif
 
 namespace rdmacoll_torch::compat {
 

@@ -171,6 +171,14 @@ std::string host_of(int rank) {
 }
 }  // namespace detail
 
+void set_timeout(std::chrono::milliseconds timeout, const Group& group) {
+  if (timeout.count() <= 0) {
+    throw InvalidArgument("set_timeout: the timeout must be positive, got " +
+                          std::to_string(timeout.count()) + " ms");
+  }
+  resolve(group, "set_timeout").timeout = timeout;
+}
+
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout) {
   World& ctx = require_world("new_group");
   std::vector<int> sorted = ranks;
@@ -184,7 +192,7 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
                           std::to_string(ctx.world_size) + ")");
   }
   engine::GroupSpec spec = member_spec(ctx, sorted, timeout);
-  spec.id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (kGroupIds - 1));
+  spec.id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (api::kFirstShrunkGroupId - 1));
   check_id_free(ctx, spec.id, "new_group");
   spec.creation = ctx.new_groups_made;  // this new_group call's number, from 1
   auto g = engine::make_group(std::move(spec));

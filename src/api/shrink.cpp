@@ -71,16 +71,23 @@ Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, S
   for (int r = 0; r < g.size(); ++r) {
     if (stays[static_cast<size_t>(r)]) spec.members.push_back(g.members[static_cast<size_t>(r)]);
   }
-  // Numbered as new_group() numbers its groups: every survivor has made the same groups.
-  spec.id = static_cast<uint32_t>(1 + ctx.new_groups_made++ % (api::kGroupIds - 1));
+  // Identified by what every survivor knows alike, whatever else each did before the failure
+  // (one may have made groups that another, failing earlier, never reached): the parent, the
+  // excluded ranks and how often the parent was shrunk before.
+  uint64_t h = g.digest ^ 0x9e3779b97f4a7c15ull * (1 + g.shrinks++);
+  for (int r = 0; r < g.size(); ++r) {
+    if (!stays[static_cast<size_t>(r)]) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  }
+  constexpr uint64_t kShrunkIds = api::kGroupIds - api::kFirstShrunkGroupId;
+  spec.id = static_cast<uint32_t>(api::kFirstShrunkGroupId + h % kShrunkIds);
   api::check_id_free(ctx, spec.id, where.c_str());
-  spec.creation = ctx.new_groups_made;
+  spec.creation = h;
   spec.global_rank = ctx.rank;
   for (int m : spec.members)
     spec.placements.push_back(ctx.placements[static_cast<size_t>(m)]);
   spec.transport = ctx.transport;
   spec.generation = ctx.generation;
-  spec.timeout = timeout ? *timeout : g.timeout;
+  spec.timeout = timeout ? *timeout : g.timeout.get();
   spec.own_engine = g.own_engine;
   std::shared_ptr<GroupState> parent;
   if (own) {

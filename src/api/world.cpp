@@ -97,9 +97,32 @@ std::string shape_string(const std::vector<int64_t>& sizes) {
   return os.str();
 }
 
+namespace {
+
+// Transports kept until the process ends: their shared memory (UCX's SysV segments) then goes
+// only when the kernel tears the process down, after marking it exiting, which a peer looks
+// for before it maps a segment (peer_liveness.hpp). Freed while the process still runs, a peer
+// mapping the segment in between got EINVAL, on which UCX 1.13 crashes (the chaos soak's exit
+// runs). Never freed: only for a process that is leaving.
+void keep_until_exit(const std::shared_ptr<transport::Transport>& t) {
+  static auto* const kept = new std::vector<std::shared_ptr<transport::Transport>>();
+  if (t) kept->push_back(t);
+}
+
+// The default world's holder: a process that exits without destroy_process_group (exit(),
+// returning from main) ends the world here, in its static destructors, and keeps the transport.
+struct DefaultWorld {
+  std::unique_ptr<World> world;
+  ~DefaultWorld() {
+    if (world) keep_until_exit(world->transport);
+  }
+};
+
+}  // namespace
+
 std::unique_ptr<World>& default_world() {
-  static std::unique_ptr<World> world;
-  return world;
+  static DefaultWorld holder;
+  return holder.world;
 }
 
 World& require_world(const char* what) {
@@ -241,6 +264,8 @@ void end_world(World& w, bool abort) {
   if (abort) {
     if (w.transport) w.transport->close_without_flush();
     w.rendezvous->leave();
+    // A leaving process: its transport outlives the world (keep_until_exit).
+    keep_until_exit(w.transport);
   } else {
     // After a failure some ranks may never come: a short grace then, not the timeout.
     bool failed = w.world && w.world->broken.has_value();
@@ -272,7 +297,8 @@ void check_id_free(World& ctx, uint32_t id, const char* where) {
     auto g = w.lock();
     if (g && g->id == id && !g->destroyed) {
       throw InvalidArgument(std::string(where) + ": too many groups alive at once (at most " +
-                            std::to_string(kGroupIds - 1) + " of each kind); " + g->describe() +
+                            std::to_string(kFirstShrunkGroupId - 1) + " from new_group, " +
+                            std::to_string(kGroupIds) + " member groups); " + g->describe() +
                             " still holds id " + std::to_string(id) +
                             ": destroy_group() the groups you are done with");
     }

@@ -47,13 +47,15 @@ World& require_world(const char* what);
 GroupState& resolve(const Group& group, const char* what);
 engine::Engine& engine_of(const GroupState& group, const char* what);
 
-// Group ids (14 bits, in every tag): new_group() and shrink_group() number their groups
-// 1..8191, in the order every rank calls them; member groups take 8192..16383 from a counter in
-// the world's store. Both wrap around: an id is reused only once its earlier group is gone
-// (destroyed, or its last handle dropped), so a job may make any number of groups, 8191 of each
-// kind alive at once.
+// Group ids (14 bits, in every tag): new_group() numbers its groups 1..7167, in the order every
+// rank calls it; shrink_group() takes 7168..8191 from what every survivor knows alike (the
+// parent, the excluded ranks, how often the parent was shrunk); member groups take 8192..16383
+// from a counter in the world's store. new_group's and the member groups' wrap around: an id is
+// reused only once its earlier group is gone (destroyed, or its last handle dropped), so a job
+// may make any number of groups, 7167 and 8192 alive at once.
 constexpr long kFirstMemberGroupId = 8192;
 constexpr long kGroupIds = 8192;
+constexpr long kFirstShrunkGroupId = 7168;
 // Ids wrap around (kGroupIds): the group that had this id before must be gone.
 void check_id_free(World& ctx, uint32_t id, const char* where);
 

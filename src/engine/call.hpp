@@ -285,7 +285,7 @@ class Call {
   // Read from the clock when a wait first stalls, not when the call starts: a small call that
   // never stalls reads no clock (its spin budget is at most a few ms of the timeout).
   Clock::time_point deadline() {
-    if (deadline_ == Clock::time_point{}) deadline_ = Clock::now() + g_.timeout;
+    if (deadline_ == Clock::time_point{}) deadline_ = Clock::now() + g_.timeout.get();
     return deadline_;
   }
   Clock::time_point deadline_{};

@@ -28,6 +28,23 @@ class PointToPoint;
 
 namespace rdmacoll {
 
+// A group's timeout: set when the group is made, and by set_timeout() from any thread while its
+// calls run (a call reads it when its wait first stalls).
+class GroupTimeout {
+ public:
+  GroupTimeout& operator=(std::chrono::milliseconds t) {
+    ms_.store(t.count(), std::memory_order_relaxed);
+    return *this;
+  }
+  std::chrono::milliseconds get() const {
+    return std::chrono::milliseconds(ms_.load(std::memory_order_relaxed));
+  }
+  int64_t count() const { return get().count(); }
+
+ private:
+  std::atomic<int64_t> ms_{0};
+};
+
 namespace detail {
 
 class GroupState {
@@ -52,13 +69,14 @@ class GroupState {
   int hosts = 1;                // hosts the group spans
   std::vector<int> host_of;     // group rank -> host index (0..hosts-1)
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
-  std::chrono::milliseconds timeout{0};
+  GroupTimeout timeout;
   uint64_t next_seq = 0;              // calls so far; the same on every member
   uint64_t windows_made = 0;          // windows rdmacoll::empty() made; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it
   int global_rank = -1;               // this process's world rank
   uint64_t creation = 0;              // its new_group() call number (member groups: their id)
   uint64_t digest = 0;                // of creation and members: every member's must agree
+  uint64_t shrinks = 0;               // shrink_group() calls with it as the parent
   std::optional<std::string> broken;  // set after a failure that left ranks out of step
   bool destroyed = false;             // destroy_group() ran: other handles can no longer call
   // shrink_group(ShrinkMode::AbortParent) gave it up: its running call fails now.

@@ -147,7 +147,7 @@ void PointToPoint::add(std::unique_ptr<Op> op) {
   if (g.broken)
     raise_invalid(op->what() + ": the group is unusable after an earlier failure: " + *g.broken);
   const Clock::time_point now = Clock::now();
-  op->deadline = now + g.timeout;
+  op->deadline = now + g.timeout.get();
   op->work->set_helper(helper_);
   const bool waiter_helps = op->work->started_by_its_waiter();
   std::vector<Finished> done;

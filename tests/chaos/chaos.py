@@ -14,6 +14,11 @@ errors (an error in a run without a fault that could cause one). All must be 0. 
 ranks it also reports how long the survivors that raised took after the exit.
 
     tests/chaos/chaos.py --worker build/tests/chaos_worker --runs 1000
+
+With --recover, the runs whose fault takes a rank away (kill, stop, exit) are recovery runs:
+each survivor that raises shrinks the world without the victim (shrink_group, AbortParent) and
+runs 20 more random calls on the shrunk group, every element checked. Also counted then:
+recoveries that completed, and survivors that raised again after shrinking (must be 0).
 """
 import argparse
 import os
@@ -115,7 +120,7 @@ def squatter(listener, stop):
     listener.close()
 
 
-def one_run(worker, index, seed, rng):
+def one_run(worker, index, seed, rng, recover=False):
     n = rng.choice([2, 2, 3, 3, 4, 4, 5, 6, 8])
     fault = rng.choice(["none", "kill", "kill", "stop", "stop", "exit", "exit", "hostile",
                         "hostile", "squatter"])
@@ -150,6 +155,9 @@ def one_run(worker, index, seed, rng):
     if fault == "exit":
         exit_mode = rng.choice(["abort", "plain"])
         fault = "exit:" + exit_mode
+    recovering = recover and victim is not None and threads == 1
+    if recovering:
+        env["CHAOS_RECOVER"] = str(victim)
     procs = []
     for r in range(n):
         e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
@@ -170,6 +178,8 @@ def one_run(worker, index, seed, rng):
         if procs[victim].poll() is None:
             procs[victim].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     deadline = start + TIMEOUT_S + GRACE_S + SLACK_S + (2.0 if victim is not None else 0)
+    if recovering:  # the shrunk group's calls (their timeout is 30 s) and a second teardown
+        deadline += 35
     survivors = [r for r in range(n) if r != victim]
     watched = survivors + ([victim] if exit_mode else [])  # an exiting rank must end too
     for r in watched:
@@ -186,7 +196,8 @@ def one_run(worker, index, seed, rng):
     outs = [p.stdout.read() for p in procs]
     result = {"fault": fault + ("+threads" if threads > 1 else ""), "n": n, "hang": 0,
               "crash": 0, "wrong": 0, "unexpected": 0,
-              "ok_ranks": 0, "error_ranks": 0, "notes": [], "noticed_after": []}
+              "ok_ranks": 0, "error_ranks": 0, "recovered": 0, "unrecovered": 0, "notes": [],
+              "noticed_after": []}
     if exit_mode and victim not in hung:
         if procs[victim].returncode != 0:
             result["crash"] += 1
@@ -206,11 +217,16 @@ def one_run(worker, index, seed, rng):
         code = procs[r].returncode
         if code == 0:
             result["ok_ranks"] += 1
+            if "recovered:" in outs[r]:
+                result["recovered"] += 1
         elif code == 3:
             result["error_ranks"] += 1
             if fault == "none" or fault.startswith("hostile"):  # a squatter: errors expected
                 result["unexpected"] += 1
                 result["notes"].append(f"rank {r} raised without a fault:\n{outs[r][-2000:]}")
+            elif recovering and "error at" in outs[r] and outs[r].count("error at") > 1:
+                result["unrecovered"] += 1  # it raised again on the shrunk group
+                result["notes"].append(f"rank {r} raised after shrinking:\n{outs[r][-2000:]}")
         elif code == 4:
             result["wrong"] += 1
             result["notes"].append(f"rank {r} wrong:\n{outs[r][-2000:]}")
@@ -225,19 +241,22 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--recover", action="store_true",
+                    help="survivors of a lost rank shrink the world and go on")
     args = ap.parse_args()
     master_seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(master_seed)
     totals = {"runs": 0, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
-              "ok_ranks": 0, "error_ranks": 0}
+              "ok_ranks": 0, "error_ranks": 0, "recovered": 0, "unrecovered": 0}
     faults = {}
     noticed = []
     t0 = time.monotonic()
     for i in range(args.runs):
         seed = rng.randrange(1 << 62)
-        res = one_run(args.worker, i, seed, rng)
+        res = one_run(args.worker, i, seed, rng, args.recover)
         totals["runs"] += 1
-        for k in ("hang", "crash", "wrong", "unexpected", "ok_ranks", "error_ranks"):
+        for k in ("hang", "crash", "wrong", "unexpected", "ok_ranks", "error_ranks", "recovered",
+                  "unrecovered"):
             totals[k] += res[k]
         faults[res["fault"]] = faults.get(res["fault"], 0) + 1
         noticed += res["noticed_after"]
@@ -249,13 +268,15 @@ def main():
     print(f"chaos: master seed {master_seed}, {totals['runs']} runs in {took:.0f} s "
           f"(faults: {faults}); survivor ranks ok {totals['ok_ranks']}, clear errors "
           f"{totals['error_ranks']}; hangs {totals['hang']}, crashes {totals['crash']}, "
-          f"wrong elements {totals['wrong']}, unexpected errors {totals['unexpected']}",
-          flush=True)
+          f"wrong elements {totals['wrong']}, unexpected errors {totals['unexpected']}"
+          + (f"; recoveries completed {totals['recovered']}, raised after shrinking "
+             f"{totals['unrecovered']}" if args.recover else ""), flush=True)
     if noticed:
         noticed.sort()
         print(f"chaos: after a rank exited, {len(noticed)} survivors raised; seconds after the "
               f"exit: median {noticed[len(noticed) // 2]:.2f}, max {noticed[-1]:.2f}", flush=True)
-    bad = totals["hang"] + totals["crash"] + totals["wrong"] + totals["unexpected"]
+    bad = totals["hang"] + totals["crash"] + totals["wrong"] + totals["unexpected"] + \
+        totals["unrecovered"]
     return 1 if bad else 0
 
 

@@ -433,6 +433,23 @@ TEST(AllGatherErrors, RankThatNeverArrivesGivesTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
+TEST(AllGatherErrors, ATimeoutSetOnAGroupLaterIsTheOneItsCallsTake) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    expect_throw_with<InvalidArgument>([] { set_timeout(std::chrono::milliseconds(0)); },
+                                       "must be positive");
+    if (rank == 0) {
+      set_timeout(std::chrono::milliseconds(500));  // made with 120 s (the harness's)
+      const auto start = std::chrono::steady_clock::now();
+      Tensor in = zeros({4}), out = zeros({8});
+      expect_throw_with<Timeout>([&] { all_gather_into_tensor(out, in); },
+                                 "timed out after 500 ms");
+      const auto took = std::chrono::steady_clock::now() - start;
+      RANK_CHECK(took < std::chrono::seconds(10), "the call took the old timeout");
+    }
+    // Rank 1 never gathers: it goes to destroy_process_group, which waits for rank 0.
+  }));
+}
+
 TEST(AllGatherErrors, KilledRankGivesPeerFailureOrTimeoutNeverAHang) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_TIMEOUT_S", "5"}};

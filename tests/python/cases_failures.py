@@ -64,6 +64,23 @@ def case_killed():
     os._exit(0)  # the world is broken; torch's store host may be the dead rank
 
 
+def case_set_timeout():
+    """torch.distributed.set_timeout on rdmacoll: rank 0 cuts its group's timeout to 1 s and its
+    all_reduce, which rank 1 never joins, raises within seconds, not the 120 s it was made with."""
+    rank, p = init(timeout_s=120)
+    if rank == 0:
+        dist.set_timeout(datetime.timedelta(seconds=1))
+        start = time.time()
+        try:
+            dist.all_reduce(torch.ones(4))
+            raise AssertionError("no timeout")
+        except RuntimeError as e:
+            took = time.time() - start
+            assert 0.9 < took < 10, f"raised after {took:.1f} s"
+            assert "timed out after 1000 ms" in str(e), str(e)
+    dist.destroy_process_group()
+
+
 def case_shrink():
     """torch.distributed.shrink_group on rdmacoll: rank 2 is killed; the survivors' next
     all_reduce raises, they shrink the default group without it (no message: each alone) and

@@ -102,6 +102,12 @@ def test_documentation_examples(script, expected, n, launcher):
             assert "tensor(" in texts[r] and numbers(texts[r]) == want, (r, texts[r], out)
 
 
+SET_TIMEOUT = subprocess.run([PYTHON, "-c", "import torch.distributed as d; "
+                              "print(hasattr(d, 'set_timeout'))"],
+                             capture_output=True, text=True, check=True).stdout.strip() == "True"
+settable = pytest.mark.skipif(not SET_TIMEOUT, reason="this torch has no set_timeout")
+
+
 @pytest.mark.parametrize("case,n", [("ops", 3), ("subgroups", 4), ("async", 4),
                                     ("gloo_equal", 4), ("errors", 3), ("reinit", 2),
                                     ("threads", 3), ("late", 3), ("ddp", 2), ("ddp", 4),
@@ -112,7 +118,8 @@ def test_documentation_examples(script, expected, n, launcher):
                                     ("gather_coalesced", 3), ("staging", 3),
                                     pytest.param("dtypes2", 2, marks=torch2),
                                     pytest.param("coalesced", 3, marks=torch2),
-                                    pytest.param("premul", 2, marks=torch2)])
+                                    pytest.param("premul", 2, marks=torch2),
+                                    pytest.param("set_timeout", 2, marks=settable)])
 def test_case(case, n):
     rc, out = launch(n, os.path.join(HERE, "cases.py"), case)
     assert rc == 0, out
