@@ -250,8 +250,8 @@ class VerbsTransport final : public Transport,
   void post_failed(int peer, int err) override;
   void landed(int peer, const VerbsRequest& req) override;
 
-  // A zero-byte write to every peer we wait on and have nothing posted to (see
-  // kKeepaliveInterval); its completion is a request nobody waits for.
+  // A zero-byte write to every peer we wait on, or whose queued work waits, with nothing
+  // posted (see kKeepaliveInterval); its completion is a request nobody waits for.
   void keepalive();
 
   void deliver(VerbsRequest& req, std::span<const uint8_t> payload);

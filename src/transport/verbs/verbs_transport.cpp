@@ -194,7 +194,17 @@ void VerbsTransport::keepalive() {
     waited[key.first] = true;
   for (int r = 0; r < world_; ++r) {
     Peer& p = peers_[r];
-    if (!waited[r] || r == me_ || p.failure || p.link != Link::Ready || !p.idle()) continue;
+    // Also a peer our queued work waits on (a message waiting for its credit): nothing of it is
+    // posted, so nothing would fail if its process died on a host that stays up.
+    bool queued = false;
+    bool posted = false;
+    for (const Lane& l : p.lanes) {
+      queued = queued || l.waiting();
+      posted = posted || l.in_queue() > 0;
+    }
+    if (!(waited[r] || queued) || r == me_ || p.failure || p.link != Link::Ready || posted) {
+      continue;
+    }
     ++counters_.keepalives;
     log::trace("verbs: keepalive write to rank " + std::to_string(r));
     post_unawaited_write(r, [](Staged& st) {
