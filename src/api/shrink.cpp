@@ -61,11 +61,12 @@ Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, S
   const std::vector<bool> stays = survivors(excluded_ranks, g.size(), g.rank, where);
   if (mode == ShrinkMode::AbortParent) abandon(g, where);
   // A standalone group's world is its own, kept alive by the shrunk group through its parent.
-  std::shared_ptr<World> own;
+  api::StandaloneHandle standalone;
   if (g.own_engine) {
-    own = api::standalone_world_of(g);
-    if (!own) throw InvalidArgument(where + ": its world is gone");
+    standalone = api::standalone_of(g);
+    if (!standalone.world) throw InvalidArgument(where + ": its world is gone");
   }
+  const std::shared_ptr<World>& own = standalone.world;
   World& ctx = own ? *own : api::require_world("shrink_group");
   engine::GroupSpec spec;
   for (int r = 0; r < g.size(); ++r) {
@@ -89,14 +90,7 @@ Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, S
   spec.generation = ctx.generation;
   spec.timeout = timeout ? *timeout : g.timeout.get();
   spec.own_engine = g.own_engine;
-  std::shared_ptr<GroupState> parent;
-  if (own) {
-    std::lock_guard lock(api::standalone_mutex());
-    for (const api::Standalone& s : api::standalone_groups()) {
-      if (auto p = s.group.lock(); p.get() == &g) parent = std::move(p);
-    }
-  }
-  spec.parent = parent;
+  spec.parent = standalone.group;
   auto shrunk = engine::make_group(std::move(spec));
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(shrunk);

@@ -321,12 +321,12 @@ void add_standalone(const std::shared_ptr<GroupState>& group, const std::shared_
   standalone_groups().push_back({group, world});
 }
 
-std::shared_ptr<World> standalone_world_of(const GroupState& group) {
+StandaloneHandle standalone_of(const GroupState& group) {
   std::lock_guard lock(standalone_mutex());
   for (const Standalone& s : standalone_groups()) {
-    if (auto g = s.group.lock(); g.get() == &group) return s.world.lock();
+    if (auto g = s.group.lock(); g.get() == &group) return {std::move(g), s.world.lock()};
   }
-  return nullptr;
+  return {};
 }
 
 }  // namespace rdmacoll::api

@@ -68,8 +68,13 @@ struct Standalone {
 std::vector<Standalone>& standalone_groups();
 std::mutex& standalone_mutex();
 void add_standalone(const std::shared_ptr<GroupState>& group, const std::shared_ptr<World>& world);
-// The world a standalone group (or one shrunk from it) runs on; null if it is gone.
-std::shared_ptr<World> standalone_world_of(const GroupState& group);
+// A standalone group (or one shrunk from it): a handle to it, which keeps its world alive, and
+// that world; nulls if it is not registered or gone.
+struct StandaloneHandle {
+  std::shared_ptr<GroupState> group;
+  std::shared_ptr<World> world;
+};
+StandaloneHandle standalone_of(const GroupState& group);
 
 std::string shape_string(const std::vector<int64_t>& sizes);  // "(4, 2)", "(4,)"
 

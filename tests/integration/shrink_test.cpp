@@ -54,6 +54,14 @@ void carry_on(const Group& s, bool broadcast_too = true) {
     testing::reduction::broadcast_and_check(s, s.ranks().back(), 5000, DType::Float64, 0);
 }
 
+// The victim died of SIGKILL and every other rank ended well.
+void expect_only_victim_killed(const std::vector<testing::RankResult>& results, int victim) {
+  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
+    EXPECT_EQ(results[r].exit_code, r == victim ? 128 + SIGKILL : 0)
+        << "rank " << r << "; " << testing::describe(results);
+  }
+}
+
 testing::RunOptions survivors_exit_zero() {
   testing::RunOptions opt;
   opt.kill_on_failure = false;
@@ -95,9 +103,7 @@ TEST(Shrink, SurvivorsOfAKilledRankShrinkTheWorldAndEveryCallAfterIsRight) {
         destroy_group(s);
       },
       survivors_exit_zero());
-  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
-  for (int r : {0, 1, 3})
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
+  expect_only_victim_killed(results, 2);
 }
 
 TEST(Shrink, SurvivorsOfAGroupShrinkItWhileTheRestOfTheWorldGoesOn) {
@@ -114,9 +120,7 @@ TEST(Shrink, SurvivorsOfAGroupShrinkItWhileTheRestOfTheWorldGoesOn) {
         destroy_group(s);
       },
       survivors_exit_zero());
-  EXPECT_EQ(results[3].exit_code, 128 + SIGKILL) << testing::describe(results);
-  for (int r : {0, 1, 2})
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
+  expect_only_victim_killed(results, 3);
 }
 
 TEST(Shrink, AStandaloneGroupsSurvivorsCarryOnOnItsWorld) {
@@ -142,9 +146,7 @@ TEST(Shrink, AStandaloneGroupsSurvivorsCarryOnOnItsWorld) {
         destroy_group(s);
       },
       opt);
-  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL) << testing::describe(results);
-  for (int r : {0, 2})
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
+  expect_only_victim_killed(results, 1);
 }
 
 TEST(Shrink, AbortingTheParentFailsItsWorkOnAHungRankAtOnceAndTheSurvivorsCarryOn) {
@@ -173,9 +175,7 @@ TEST(Shrink, AbortingTheParentFailsItsWorkOnAHungRankAtOnceAndTheSurvivorsCarryO
         destroy_group(s);
       },
       survivors_exit_zero());
-  EXPECT_EQ(results[2].exit_code, 128 + SIGKILL) << testing::describe(results);
-  for (int r : {0, 1})
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << "; " << testing::describe(results);
+  expect_only_victim_killed(results, 2);
 }
 
 TEST(Shrink, AnExclusionThatCannotBeRaisesOnTheCallerWithoutTouchingAnyPeer) {

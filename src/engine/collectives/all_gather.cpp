@@ -122,8 +122,9 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
                     algorithm_for(g, chunk) == schedule::Algorithm::Ring;
   // The data phase as plain data (engine/write_steps.hpp): the schedule's ranges of chunks as
   // byte ranges at their final offsets, our own chunk read from the input where it may be.
-  WritePlan& plan = g.scratch.get<DataPhase>().plan;
-  WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+  DataPhase& data = g.scratch.get<DataPhase>();
+  WritePlan& plan = data.plan;
+  WriteSteps steps(call, t, plan, data.remotes);
   bool copy_first = false;  // a first-step write carries our chunk from the output
   auto plan_steps = [&] {
     plan.clear("output");

@@ -154,9 +154,10 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         }
         // Writes into exposed outputs run on the data phase's executor (engine/write_steps.hpp)
         // as one step; pieces for members that exposed nothing travel as messages beside it.
-        WritePlan& plan = g.scratch.get<DataPhase>().plan;
+        DataPhase& data = g.scratch.get<DataPhase>();
+        WritePlan& plan = data.plan;
         plan.clear("output");
-        WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+        WriteSteps steps(call, t, plan, data.remotes);
         // Arrivals first: pieces copied out of descriptors, expected writes, posted receives.
         for (int i = 1; i < p; ++i) {
           const int r = (me + p - i) % p;

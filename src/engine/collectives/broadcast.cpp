@@ -58,14 +58,15 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
         check_same_path(call, all, false);
         // Two steps: the tensor arrives from the parent, then goes whole to every child.
         const schedule::TreeNode node = schedule::binomial_tree(p, root, g.rank);
-        WritePlan& plan = g.scratch.get<DataPhase>().plan;
+        DataPhase& data = g.scratch.get<DataPhase>();
+        WritePlan& plan = data.plan;
         plan.clear("tensor");
         if (node.parent >= 0) plan.arrive({node.parent, 0, bytes, 0, 0, 1});
         plan.end_step();
         for (int child : node.children)
           plan.write({child, 0, 0, 0, bytes, 0, 0, 1});
         plan.end_step();
-        WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+        WriteSteps steps(call, t, plan, data.remotes);
         steps.expect_all(*region);
         const transport::MemoryRegion* sources[] = {region.get()};
         steps.run(all, sources);
@@ -99,7 +100,8 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherA
           check_descriptors(call, all);
           check_same_path(call, all, false);
           // One step: the root writes piece j (signal 0) and the tail (signal 1) into rank j.
-          WritePlan& plan = g.scratch.get<DataPhase>().plan;
+          DataPhase& data = g.scratch.get<DataPhase>();
+          WritePlan& plan = data.plan;
           plan.clear("tensor");
           for (int i = 1; i < p && g.rank == root; ++i) {
             const int j = (root + i) % p;
@@ -111,7 +113,7 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherA
             if (tail > 0) plan.arrive({root, p * piece, tail, 1, p, 1});
           }
           plan.end_step();
-          WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+          WriteSteps steps(call, t, plan, data.remotes);
           steps.expect_all(*region);
           const transport::MemoryRegion* sources[] = {region.get()};
           steps.run(all, sources);

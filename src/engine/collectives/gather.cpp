@@ -65,10 +65,10 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
         args.local_error = a.local_error;
         CallDescriptor mine = make_descriptor(g, call, args);
         transport::Bytes key;
-        WritePlan& plan =
-            g.scratch.get<DataPhase>().plan;  // one step: a write from each member to the root
+        DataPhase& data = g.scratch.get<DataPhase>();
+        WritePlan& plan = data.plan;  // one step: a write from each member to the root
         plan.clear("output");
-        WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+        WriteSteps steps(call, t, plan, data.remotes);
         if (usable && chunk > 0) {
           if (inline_path && !root) {
             mine.inline_data = {a.in, chunk};

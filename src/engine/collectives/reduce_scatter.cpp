@@ -67,7 +67,8 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     const int prev = sched.steps[0].recvs[0].peer;
     // Step s writes slot s of the successor's scratch: from our input at step 0, then from the
     // send buffer (s % 2) that the fold of step s - 1's arrival filled.
-    WritePlan& plan = g.scratch.get<DataPhase>().plan;
+    DataPhase& data = g.scratch.get<DataPhase>();
+    WritePlan& plan = data.plan;
     plan.clear("scratch");
     for (int s = 0; s + 1 < p; ++s) {
       const int out_piece = sched.steps[s].sends[0].first;
@@ -77,7 +78,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
                   piece, static_cast<uint32_t>(s), out_piece, 1});
       plan.end_step();
     }
-    WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+    WriteSteps steps(call, t, plan, data.remotes);
     // As a ring all-gather: the arrivals are posted before our descriptor leaves, and only the
     // successor's descriptor comes back (all_gather.cpp, call.hpp).
     if (mine.ok) steps.expect_all(*region);
@@ -136,7 +137,8 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     // One step: piece j of our input to rank j's scratch at our slot; theirs into ours.
-    WritePlan& plan = g.scratch.get<DataPhase>().plan;
+    DataPhase& data = g.scratch.get<DataPhase>();
+    WritePlan& plan = data.plan;
     plan.clear("scratch");
     const size_t offset = static_cast<size_t>(g.rank) * piece;
     for (int i = 1; i < p; ++i) {
@@ -145,7 +147,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
       plan.write({j, 0, j * a.stride, offset, piece, static_cast<uint32_t>(g.rank), g.rank, 1});
     }
     plan.end_step();
-    WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+    WriteSteps steps(call, t, plan, data.remotes);
     steps.expect_all(*region);
     const SourceView input(const_cast<uint8_t*>(a.in), in_span);
     const transport::MemoryRegion* sources[] = {source ? source.get() : &input};

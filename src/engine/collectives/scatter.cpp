@@ -64,10 +64,10 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         args.local_error = local_error;
         CallDescriptor mine = make_descriptor(g, call, args);
         transport::Bytes key;
-        WritePlan& plan =
-            g.scratch.get<DataPhase>().plan;  // one step: the root's write to each member
+        DataPhase& data = g.scratch.get<DataPhase>();
+        WritePlan& plan = data.plan;  // one step: the root's write to each member
         plan.clear("output");
-        WriteSteps steps(call, t, plan, g.scratch.get<DataPhase>().remotes);
+        WriteSteps steps(call, t, plan, data.remotes);
         if (usable && chunk > 0) {
           if (inline_path && root) {
             mine.inline_data = {in, p * chunk};
