@@ -12,6 +12,7 @@ packages=(
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2 ibverbs-utils perftest  # SoftRoCE VM
   hwloc                           # lstopo, to inspect topology files
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
+  libpmix-dev                     # the PMIx bootstrap (mpirun, srun --mpi=pmix)
   libtorch-dev pybind11-dev python3-pybind11 python3-dev python3-pytest  # the torch 1.13 backend
   python3-venv ninja-build        # pip's torch 2.x in a venv, and the wheel's build (torch-venv.sh)
   ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test

@@ -16,8 +16,9 @@
 namespace rdmacoll {
 
 struct InitOptions {
-  // "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, or the launcher's variables) or
-  // "tcp://host:port" (rank and world_size must then be given).
+  // "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, or the launcher's variables; with no
+  // MASTER_ADDR under mpirun or srun --mpi=pmix, the launcher's PMIx server), "tcp://host:port"
+  // (rank and world_size must then be given) or "pmix://".
   std::string init_method = "env://";
   int rank = -1;        // -1: from the environment
   int world_size = -1;  // -1: from the environment

@@ -165,6 +165,18 @@ engine::Engine& engine_of(const GroupState& g, const char* what) {
   return *require_world(what).engine;
 }
 
+// A rank or world size the caller gave must be the launcher's (PMIx numbers the ranks).
+void check_given(const InitOptions& options, const bootstrap::PmixSession& pmix) {
+  const auto differs = [](int given, int theirs) { return given >= 0 && given != theirs; };
+  if (differs(options.rank, pmix.rank()) || differs(options.world_size, pmix.size())) {
+    throw InvalidArgument(
+        "init_process_group: rank " + std::to_string(options.rank) + " and world_size " +
+        std::to_string(options.world_size) + " were given, but the PMIx launcher (namespace " +
+        pmix.nspace() + ") started this process as rank " + std::to_string(pmix.rank()) + " of " +
+        std::to_string(pmix.size()) + "; leave them unset (-1) under mpirun or srun");
+  }
+}
+
 std::unique_ptr<World> make_world(const InitOptions& options) {
   auto w = std::make_unique<World>();
   bootstrap::RendezvousOptions ro;
@@ -183,6 +195,12 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
         bootstrap::resolve_init_method(options.init_method, options.rank, options.world_size);
     ro.rank = ro.target.rank;
     ro.world_size = ro.target.world_size;
+    if (ro.target.pmix) {
+      ro.pmix = bootstrap::PmixSession::connect("init_process_group");
+      check_given(options, *ro.pmix);
+      ro.rank = ro.pmix->rank();
+      ro.world_size = ro.pmix->size();
+    }
   }
   w->rank = ro.rank;
   w->world_size = ro.world_size;
@@ -227,7 +245,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
     std::string why;
     std::optional<Bytes> unwrapped = bootstrap::unwrap_address(addresses[r], r, kind, why, token);
     if (!unwrapped) {
-      rv.abort(ro.where + ": " + why + " (at the " + rv.store()->describe() + ")");
+      rv.abort(ro.where + ": " + why + " (through the " + rv.describe() + ")");
     }
     addresses[r] = std::move(*unwrapped);
   }
@@ -248,8 +266,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   const GroupState& g = *w->world;
   if (w->rank == 0) {
     log::info("rank 0: " + std::to_string(w->world_size) + " ranks on " + std::to_string(g.hosts) +
-              " host(s), transport=" + w->transport->describe() +
-              ", rendezvous: " + rv.store()->describe());
+              " host(s), transport=" + w->transport->describe() + ", rendezvous: " + rv.describe());
   }
   return w;
 }

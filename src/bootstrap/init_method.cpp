@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "bootstrap/pmix.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -47,14 +48,30 @@ void rank_from_environment(InitTarget& r) {
 
 }  // namespace
 
+bool pmix_launched() {
+  return env("PMIX_NAMESPACE") && env("PMIX_RANK");
+}
+
 InitTarget resolve_init_method(const std::string& init_method, int rank, int world_size) {
   InitTarget r;
   r.rank = rank;
   r.world_size = world_size;
   r.rank_source = "init options";
+  if (init_method == "pmix://" || (init_method == "env://" && !env("MASTER_ADDR") &&
+                                   !env("MASTER_PORT") && pmix_launched() && pmix_built_in())) {
+    r.pmix = true;
+    r.rank_source = "PMIx";
+    return r;  // rank and world size: the PMIx server's, checked against these when given
+  }
   if (init_method == "env://") {
     const char* addr = env("MASTER_ADDR");
     const char* port = env("MASTER_PORT");
+    if (!addr && pmix_launched()) {
+      throw InvalidArgument(
+          "init_method env://: MASTER_ADDR is not set, and this build of rdmacoll has no PMIx "
+          "support to meet through the launcher that started it (PMIX_NAMESPACE is set): "
+          "rebuild with libpmix-dev installed, or set MASTER_ADDR and MASTER_PORT");
+    }
     if (!addr) throw InvalidArgument("init_method env://: MASTER_ADDR is not set");
     if (!port) throw InvalidArgument("init_method env://: MASTER_PORT is not set");
     r.master_addr = addr;
@@ -69,8 +86,8 @@ InitTarget resolve_init_method(const std::string& init_method, int rank, int wor
     r.master_port = static_cast<uint16_t>(
         parse_int(hostport.substr(colon + 1), "port in " + init_method, 1, 65535));
   } else {
-    throw InvalidArgument("init_method: expected env:// or tcp://host:port, got '" + init_method +
-                          "'");
+    throw InvalidArgument("init_method: expected env://, tcp://host:port or pmix://, got '" +
+                          init_method + "'");
   }
   if (r.rank < 0 || r.world_size < 0) rank_from_environment(r);
   if (r.world_size < 1) {

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/prefixed_store.hpp"
+#include "bootstrap/socket_util.hpp"
 #include "bootstrap/store_gather.hpp"
 #include "common/log.hpp"
 #include "common/ranks.hpp"
@@ -86,6 +88,10 @@ StoreCredentials store_credentials() {
 Rendezvous::Rendezvous(const RendezvousOptions& o)
     : rank_(o.rank), world_size_(o.world_size), timeout_(o.timeout), where_(o.where) {
   const auto deadline = Clock::now() + timeout_;
+  if (o.pmix) {
+    join_through_pmix(o);
+    return;  // PMIx numbered the ranks: no claims, no sizes to compare
+  }
   if (o.store) {
     // The k-th world over this store takes the k-th block of world_size tickets: the same k
     // on every rank, since no rank starts world k+1 before every rank has joined k.
@@ -131,6 +137,107 @@ Rendezvous::Rendezvous(const RendezvousOptions& o)
 }
 
 Rendezvous::~Rendezvous() = default;
+
+std::string Rendezvous::describe() const {
+  if (pmix_) return "PMIx namespace " + pmix_->nspace();
+  return store_->describe();
+}
+
+namespace {
+
+// What rank 0 tells every rank through PMIx about its store: "token\nport\naddr,addr,...".
+struct StoreRecord {
+  std::string token;
+  uint16_t port = 0;
+  std::vector<std::string> addresses;
+};
+
+Bytes encode_record(const StoreRecord& r) {
+  std::string text = r.token + "\n" + std::to_string(r.port) + "\n";
+  for (size_t i = 0; i < r.addresses.size(); ++i)
+    text += (i ? "," : "") + r.addresses[i];
+  return Bytes(text.begin(), text.end());
+}
+
+bool decode_record(const Bytes& b, StoreRecord& r) {
+  const std::string text(b.begin(), b.end());
+  const auto a = text.find('\n');
+  const auto c = a == std::string::npos ? a : text.find('\n', a + 1);
+  if (c == std::string::npos) return false;
+  r.token = text.substr(0, a);
+  const long port = std::atol(text.substr(a + 1, c - a - 1).c_str());
+  if (port < 1 || port > 65535) return false;
+  r.port = static_cast<uint16_t>(port);
+  for (size_t at = c + 1; at < text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) r.addresses.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return !r.addresses.empty();
+}
+
+}  // namespace
+
+// Rank 0 hosts the store on a port the kernel picks, under a secret it draws, for this
+// launcher namespace alone; PMIx's first fence tells every rank where and how to prove itself.
+// Where: loopback when the whole job shares one host, else RDMACOLL_STORE_BIND or every
+// address of rank 0's host, tried in turn (the secret turns away anything else listening).
+void Rendezvous::join_through_pmix(const RendezvousOptions& o) {
+  pmix_ = o.pmix;
+  StoreCredentials credentials;
+  credentials.job_id = "pmix:" + pmix_->nspace();
+  StoreRecord record;
+  if (rank_ == 0) {
+    record.token = random_hex(32);
+    credentials.token = record.token;
+    const auto bind = settings::text("RDMACOLL_STORE_BIND");
+    const bool one_host = pmix_->local_size() == world_size_;
+    const std::string address = bind ? *bind : one_host ? "127.0.0.1" : "0.0.0.0";
+    server_ = std::make_unique<StoreServer>(address, 0, credentials);
+    record.port = server_->port();
+    record.addresses = address == "0.0.0.0" ? host_ipv4_addresses() : std::vector{address};
+    if (record.addresses.empty()) record.addresses.push_back("127.0.0.1");
+  }
+  std::vector<Bytes> all;
+  try {
+    all = pmix_->all_gather("store", rank_ == 0 ? encode_record(record) : Bytes{}, timeout_);
+  } catch (const Error& e) {
+    rethrow_with_context(e);
+  }
+  if (rank_ != 0 && !decode_record(all[0], record)) {
+    throw InvalidArgument(where_ + ": rank 0's store record in PMIx namespace " + pmix_->nspace() +
+                          " is malformed");
+  }
+  credentials.token = record.token;
+  const auto deadline = Clock::now() + timeout_;
+  std::string tried;
+  for (const std::string& address : record.addresses) {
+    try {
+      // Rank 0's store is up before the fence: an address that does not answer soon never will.
+      const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      auto client = std::make_shared<StoreClient>(address, record.port, until, credentials);
+      client->set_op_timeout(timeout_);
+      store_ = std::move(client);
+      own_store_ = true;
+      return;
+    } catch (const Error& e) {
+      tried += "; " + address + ":" + std::to_string(record.port) + ": " + e.what();
+    }
+  }
+  throw PeerFailure(where_ + ": rank " + std::to_string(rank_) +
+                    " cannot reach rank 0's store at any address of its host" + tried +
+                    " (set RDMACOLL_STORE_BIND to the address the ranks reach rank 0's host at)");
+}
+
+// A PMIx failure said with where it happened.
+void Rendezvous::rethrow_with_context(const Error& e) const {
+  const std::string what = where_ + ": " + e.what();
+  if (dynamic_cast<const Timeout*>(&e)) throw Timeout(what);
+  if (dynamic_cast<const PeerFailure*>(&e)) throw PeerFailure(what);
+  if (dynamic_cast<const InvalidArgument*>(&e)) throw InvalidArgument(what);
+  throw Error(what);
+}
 
 // Every rank number is claimed once: a second claimant (a second job on the same port, a
 // launcher that gave two processes one RANK) fails, naming both, and since no rank can tell
@@ -188,6 +295,13 @@ void Rendezvous::abort(const std::string& why) {
 // The exchange follows StoreGather's plan (blocks of about sqrt(p) values, each posted by its
 // leader), so rank 0's store serves about p sqrt(p) requests, not p^2.
 std::vector<Bytes> Rendezvous::all_gather(const std::string& prefix, const Bytes& mine) {
+  if (pmix_) {
+    try {
+      return pmix_->all_gather(prefix, mine, timeout_);
+    } catch (const Error& e) {
+      rethrow_with_context(e);
+    }
+  }
   const StoreGather plan(world_size_);
   const std::string store_addr = store_->describe();
   const auto value_key = [&](int r) { return prefix + std::to_string(r); };
@@ -319,6 +433,15 @@ constexpr std::chrono::milliseconds kLeaveBudget{250};
 
 void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
   if (server_) server_->stop_accepting();
+  if (pmix_) {
+    // One fence: every rank is done with the transport (and so with rank 0's store, which only
+    // the transport's first contacts use). After a failure it waits out at most the grace.
+    const std::vector<bool> dead = known_dead();
+    failed = failed || std::find(dead.begin(), dead.end(), true) != dead.end();
+    if (!pmix_->fence(failed ? grace() : timeout_) && !failed)
+      log::warn("destroy_process_group: ranks did not all arrive within the timeout");
+    return;
+  }
   const Clock::time_point start = Clock::now();
   grace_end_ = start + grace();
   // How often a waiting rank asks its liveness again: a store request per rank each time, so
@@ -381,6 +504,7 @@ void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
 }
 
 void Rendezvous::depart(bool failed) {
+  if (pmix_) return;  // arrive()'s fence was the parting
   // Rank 0 hosts the store (ours, or torch's TCPStore): it leaves last, once the others have
   // read "destroyed" and closed (the dead that never arrived will not).
   try {
@@ -409,6 +533,10 @@ void Rendezvous::depart(bool failed) {
 
 void Rendezvous::leave() {
   if (server_) server_->stop_accepting();
+  if (pmix_) {
+    pmix_->join_fence_without_waiting();  // the others' parting fence does not wait for us
+    return;
+  }
   // A fraction of a second in all, whatever the store does (rank 0 may be stopped): the
   // others learn of this rank's exit from its pidfd or its closed connections anyway.
   const auto end = Clock::now() + kLeaveBudget;

@@ -1,6 +1,9 @@
 #pragma once
-// How the ranks of a world meet, agree and part, through a key-value store: our TCP store
-// (rank 0 hosts it) or the caller's (torch's, prefixed per world). Every wait is bounded by the
+// How the ranks of a world meet, agree and part: through a key-value store, our TCP store
+// (rank 0 hosts it) or the caller's (torch's, prefixed per world); or through the launcher's
+// PMIx server, whose fences carry the exchanges and the parting, with a store for what comes
+// between (first contacts of the verbs transport, member-group ids) that rank 0 hosts on a port
+// it picks and every rank finds, with its secret, through PMIx. Every wait is bounded by the
 // world's timeout and raises at once when a rank gives up (it posts why); rank numbers are
 // claimed once; the settings every rank must share are compared; and at the end every rank is
 // done with the store before rank 0 takes it away. Store I/O only: nothing here knows
@@ -14,7 +17,9 @@
 #include <vector>
 
 #include "bootstrap/init_method.hpp"
+#include "bootstrap/pmix.hpp"
 #include "bootstrap/store.hpp"
+#include "rdmacoll/errors.hpp"
 #include "rdmacoll/store.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -25,6 +30,8 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{0};
   // The caller's store (every rank passes the same one); null: our TCP store at `target`.
   std::shared_ptr<Store> store;
+  // The launcher's PMIx server (rank and world_size are its); null: a store.
+  std::shared_ptr<PmixSession> pmix;
   InitTarget target;
   // For messages: "init_process_group (rank 3 of 8)".
   std::string where;
@@ -43,6 +50,8 @@ class Rendezvous {
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::shared_ptr<Store>& store() const { return store_; }
+  // For messages: "rendezvous store at 10.0.0.1:29500", "PMIx namespace 1885011969".
+  std::string describe() const;
 
   // Publishes `mine` as `prefix`<rank> and returns every rank's, in rank order. Raises
   // InvalidArgument at once when a rank posts an abort, PeerFailure when the store goes away,
@@ -72,6 +81,8 @@ class Rendezvous {
   void leave();
 
  private:
+  void join_through_pmix(const RendezvousOptions& options);
+  [[noreturn]] void rethrow_with_context(const Error& e) const;
   void claim_rank();
   void acknowledge_abort();
   Bytes wait_for(const std::string& key, Clock::time_point deadline);
@@ -83,6 +94,7 @@ class Rendezvous {
   std::chrono::milliseconds timeout_;
   std::string where_;
   std::unique_ptr<StoreServer> server_;  // rank 0 of our own store
+  std::shared_ptr<PmixSession> pmix_;    // meeting through the launcher
   std::shared_ptr<Store> store_;         // a StoreClient of it, or the caller's, prefixed
   bool own_store_ = false;
   Clock::time_point grace_end_{};

@@ -1,6 +1,8 @@
 #include "bootstrap/socket_util.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +19,21 @@ std::string errno_string(int err) {
   char buf[128];
   // GNU strerror_r returns the message pointer.
   return std::string(strerror_r(err, buf, sizeof buf)) + " (errno " + std::to_string(err) + ")";
+}
+
+std::vector<std::string> host_ipv4_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) out.emplace_back(text);
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 struct sockaddr_in resolve_ipv4(const std::string& host, uint16_t port) {

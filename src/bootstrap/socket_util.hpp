@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <netinet/in.h>
 
@@ -21,5 +22,8 @@ bool recv_all(int fd, void* data, size_t n, std::chrono::steady_clock::time_poin
               const std::string& what);
 
 std::string errno_string(int err);
+
+// This host's IPv4 addresses on interfaces that are up, loopback excluded, in interface order.
+std::vector<std::string> host_ipv4_addresses();
 
 }  // namespace rdmacoll::bootstrap

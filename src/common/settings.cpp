@@ -50,7 +50,8 @@ std::vector<Spec> make_registry() {
                         "the job's id (default: torchrun's, Slurm's or Open MPI's; at most 256 "
                         "bytes); every rank the same"));
   r.push_back(text_spec("RDMACOLL_STORE_BIND", Scope::Rank, "MASTER_ADDR",
-                        "the address rank 0's store binds"));
+                        "the address rank 0's store binds (under PMIx: loopback on one host, "
+                        "else every address of rank 0's host)"));
   r.push_back(choice_spec("RDMACOLL_TRANSPORT", Scope::Job, {"auto", "ucx", "verbs"},
                           "`auto`: verbs when every rank has an ACTIVE RDMA port, else UCX (all "
                           "ranks agree); `ucx`; `verbs` (an error, not a fallback, when a rank has "

@@ -96,6 +96,58 @@ TEST(Examples, SubgroupOfTwoOutOfFour) {
   EXPECT_TRUE(v[2].empty() && v[3].empty()) << r.output;
 }
 
+#ifdef MPIRUN
+// Open MPI's mpirun with no MASTER_ADDR or MASTER_PORT: the ranks meet through its PMIx server.
+// --tag-output prefixes each line with "[job,rank]<stdout>:", here turned into "[rank] ".
+CommandResult mpirun(int n, const std::string& example) {
+  CommandResult r =
+      run("env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 "
+          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " MPIRUN
+          " --oversubscribe --bind-to none "
+          "--tag-output -np " +
+          std::to_string(n) + " " + kBin + "/" + example);
+  std::string out;
+  for (size_t at = 0; at < r.output.size();) {
+    size_t end = r.output.find('\n', at);
+    if (end == std::string::npos) end = r.output.size();
+    std::string line = r.output.substr(at, end - at);
+    at = end + 1;
+    const size_t comma = line.find(',');
+    const size_t tag = line.find("]<stdout>:");
+    if (line.rfind("[", 0) == 0 && comma != std::string::npos && tag != std::string::npos &&
+        comma < tag) {
+      std::string tagged = "[";
+      tagged.append(line, comma + 1, tag - comma - 1).append("] ").append(line, tag + 10);
+      line = std::move(tagged);
+    }
+    out += line + "\n";
+  }
+  r.output = out;
+  return r;
+}
+
+TEST(ExamplesUnderMpirun, AllThreePrintTheSeedsValuesWithNoAddressOrPort) {
+  CommandResult flat = mpirun(2, "example_all_gather_flat");
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  auto v = values_by_rank(flat.output);
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 2, 3})) << flat.output;
+
+  CommandResult stacked = mpirun(2, "example_all_gather_stacked");
+  ASSERT_EQ(stacked.exit_code, 0) << stacked.output;
+  v = values_by_rank(stacked.output);
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{1, 2, 3, 11, 12, 13})) << stacked.output;
+
+  CommandResult sub = mpirun(4, "example_all_gather_subgroup");
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  v = values_by_rank(sub.output);
+  for (int rank : {0, 1})
+    EXPECT_EQ(v[rank], (std::vector<double>{0, 1, 100, 101})) << sub.output;
+  EXPECT_TRUE(v[2].empty() && v[3].empty()) << sub.output;
+}
+#endif
+
 TEST(Launcher, SetsTheRendezvousEnvironment) {
   CommandResult r =
       run(kRun +

@@ -2,6 +2,12 @@
 // Runs a test body in N real processes (fork), each a rank of a fresh rdmacoll world on a free
 // loopback port. The parent waits on pidfds with a deadline (no sleeps) and kills stragglers.
 // A rank fails by throwing; RANK_CHECK throws with the location and the values compared.
+//
+// Under a launcher (RDMACOLL_TEST_LAUNCHED=1, e.g. `mpirun -np 4 integration_tests`) the
+// launcher's processes are the ranks: a test for as many ranks as the launcher started runs its
+// body in each, on a world met through PMIx, and every rank's exit code comes back through a
+// PMIx fence; a test for another count, or one that needs what only fork gives (ranks not
+// started, their own environment, no world), is skipped.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,8 +27,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <rdmacoll/rdmacoll.hpp>
 
+#include "bootstrap/pmix.hpp"
 #include "common/free_port.hpp"
 
 namespace rdmacoll::testing {
@@ -57,9 +65,44 @@ struct RunOptions {
   bool kill_on_failure = true;
 };
 
+inline bool launched() {
+  const char* v = std::getenv("RDMACOLL_TEST_LAUNCHED");
+  return v && std::string(v) == "1";
+}
+
+// run_ranks under a launcher: this process is one of the ranks.
+inline std::vector<RankResult> run_launched(int world, const std::function<void(int, int)>& body,
+                                            const RunOptions& opt) {
+  auto pmix = bootstrap::PmixSession::connect("run_ranks");
+  std::vector<RankResult> results(static_cast<size_t>(world));
+  if (world != pmix->size() || !opt.skip_ranks.empty() || !opt.env.empty() || !opt.init) {
+    for (auto& r : results)
+      r.exit_code = 0;
+    const std::string why = "not for these " + std::to_string(pmix->size()) + " launched ranks";
+    GTEST_MESSAGE_(why.c_str(), ::testing::TestPartResult::kSkip);
+    return results;
+  }
+  const int r = pmix->rank();
+  int code = 0;
+  try {
+    init_process_group();
+    body(r, world);
+    destroy_process_group();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] FAILED: %s\n", r, e.what());
+    code = 1;
+  }
+  const auto codes =
+      pmix->all_gather("test_exit", {static_cast<uint8_t>(code)}, std::chrono::seconds(300));
+  for (int i = 0; i < world; ++i)
+    results[i].exit_code = codes[i].empty() ? -1 : codes[i][0];
+  return results;
+}
+
 // Runs body(rank, world) in `world` processes; returns each rank's exit code.
 inline std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>& body,
                                          const RunOptions& opt = {}) {
+  if (launched()) return run_launched(world, body, opt);
   const int port = free_port();
   std::vector<pid_t> pids(world, -1);
   std::fflush(stdout);

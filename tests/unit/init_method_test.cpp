@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "bootstrap/init_method.hpp"
+#include "bootstrap/pmix.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::bootstrap {
@@ -16,8 +17,9 @@ class InitMethodTest : public ::testing::Test {
   }
   void TearDown() override { SetUp(); }
   static constexpr const char* kVars[] = {
-      "MASTER_ADDR",          "MASTER_PORT", "RANK",     "WORLD_SIZE",   "OMPI_COMM_WORLD_RANK",
-      "OMPI_COMM_WORLD_SIZE", "PMI_RANK",    "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+      "MASTER_ADDR",          "MASTER_PORT",          "RANK",           "WORLD_SIZE",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",       "PMI_SIZE",
+      "SLURM_PROCID",         "SLURM_NTASKS",         "PMIX_NAMESPACE", "PMIX_RANK"};
 };
 
 TEST_F(InitMethodTest, EnvTorchrunStyle) {
@@ -47,6 +49,36 @@ TEST_F(InitMethodTest, OpenMpiAndSlurmVariables) {
   r = resolve_init_method("env://", -1, -1);
   EXPECT_EQ(r.rank, 5);
   EXPECT_EQ(r.world_size, 6);
+}
+
+// Under mpirun or srun --mpi=pmix with nothing set, the ranks meet through the launcher's PMIx
+// server; a MASTER_ADDR (torchrun inside an allocation) keeps the store.
+TEST_F(InitMethodTest, APmixLauncherWithNoMasterAddrMeetsThroughPmixAndMasterAddrWins) {
+  EXPECT_TRUE(resolve_init_method("pmix://", -1, -1).pmix);
+  setenv("PMIX_NAMESPACE", "job-1", 1);
+  setenv("PMIX_RANK", "2", 1);
+  if (pmix_built_in()) {
+    EXPECT_TRUE(resolve_init_method("env://", -1, -1).pmix);
+  } else {
+    EXPECT_THROW(resolve_init_method("env://", -1, -1), InvalidArgument);
+  }
+  setenv("MASTER_ADDR", "h0", 1);
+  setenv("MASTER_PORT", "1234", 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  const InitTarget r = resolve_init_method("env://", -1, -1);
+  EXPECT_FALSE(r.pmix);
+  EXPECT_EQ(r.master_addr, "h0");
+}
+
+TEST_F(InitMethodTest, PmixAskedForWithNoLauncherSaysHowToLaunch) {
+  try {
+    PmixSession::connect("init_process_group");
+    FAIL() << "connected with no launcher";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(pmix_built_in() ? "mpirun" : "no PMIx support"), std::string::npos) << m;
+  }
 }
 
 TEST_F(InitMethodTest, TcpWithExplicitRank) {

@@ -152,5 +152,54 @@ TEST(StoreAtScale, RankZerosStoreServesInitAndTheFirstCall) {
   }
 }
 
+// The whole of init and destroy as rank 0's store serves them (bootstrap/rendezvous.cpp), by
+// bootstrap. Store: each rank's hello, its rank claim (add, set), the world size (rank 0's set,
+// everyone's get), three exchanges (settings, placements, transport addresses) and the parting
+// (set arrived, add destroy, get destroyed, add closed; rank 0 waits for all_closed). PMIx: each
+// rank's hello and nothing else; the exchanges and the parting are the launcher's fences.
+Served store_init_and_destroy(int p) {
+  Served s;
+  for (int r = 0; r < p; ++r) {
+    s.request(0, 64, 64);  // the hello
+    s.request(24, 8, 8);   // claim: add
+    s.request(28, 24, 0);  // claim: set who
+    s.request(20, 8, 4);   // world size: get
+    s.request(24, 1, 0);   // arrived
+    s.request(16, 8, 8);   // destroy: add
+    s.request(18, 8, 2);   // destroyed: get
+    s.request(16, 8, 8);   // closed: add
+  }
+  s.request(20, 4, 0);                       // rank 0's world size
+  s.request(20, 8, 1);                       // rank 0: all_closed
+  for (size_t value : {400u, 120u, 200u}) {  // settings, placement, address
+    const Served x = init_exchange(p, value);
+    s.requests += x.requests;
+    s.bytes += x.bytes;
+  }
+  return s;
+}
+
+Served pmix_init_and_destroy(int p) {
+  Served s;
+  for (int r = 0; r < p; ++r)
+    s.request(0, 64, 64);  // the hello (the store stays for the verbs transport's first contacts)
+  return s;
+}
+
+TEST(StoreAtScale, UnderPmixRankZeroServesOnlyEachRanksHelloAtInitAndNothingAtDestroy) {
+  for (int p : {2, 4, 8, 16, 1024, 4096}) {
+    const Served store = store_init_and_destroy(p);
+    const Served pmix = pmix_init_and_destroy(p);
+    std::printf(
+        "p %d: init and destroy, rank 0's store serves %llu requests (%.2f per rank, %.1f MB) "
+        "under the store bootstrap, %llu (%.2f per rank) under PMIx\n",
+        p, static_cast<unsigned long long>(store.requests), double(store.requests) / p,
+        store.bytes / 1e6, static_cast<unsigned long long>(pmix.requests),
+        double(pmix.requests) / p);
+    EXPECT_EQ(pmix.requests, static_cast<uint64_t>(p));
+    EXPECT_GT(store.requests, 8 * pmix.requests) << p;
+  }
+}
+
 }  // namespace
 }  // namespace rdmacoll::bootstrap
