@@ -13,6 +13,7 @@ packages=(
   hwloc                           # lstopo, to inspect topology files
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch python3-matplotlib  # perf/compare
   libpmix-dev                     # the PMIx bootstrap (mpirun, srun --mpi=pmix)
+  slurmctld slurmd slurm-client munge  # a one-node Slurm for the srun --mpi=pmix test
   libtorch-dev pybind11-dev python3-pybind11 python3-dev python3-pytest  # the torch 1.13 backend
   python3-venv ninja-build        # pip's torch 2.x in a venv, and the wheel's build (torch-venv.sh)
   ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test
