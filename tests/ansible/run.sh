@@ -40,6 +40,20 @@ hosts=$(cat "$results"/*/rank-*.json | /usr/bin/python3 -c 'import json,sys; pri
 [ "$hosts" = 3 ] || { echo "results came from $hosts host(s), not 3"; exit 1; }
 [ -s "$results/busbw.png" ] || { echo "no plot"; exit 1; }
 
+echo "== the bench again, launched by mpirun from the first host (PMIx, no MASTER_ADDR)"
+mpirun_results=$(mktemp -d /tmp/rdmacoll-ansible-mpirun.XXXXXX)
+ssh_cmd="ssh -F /dev/null -i $state/id_ed25519 -o UserKnownHostsFile=$state/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"
+ansible-playbook -i "$state/inventory.ini" "$root/ansible/bench.yml" "${overrides[@]}" \
+  -e bench_launcher=mpirun -e "bench_mpirun_ssh='$ssh_cmd'" -e "bench_results=$mpirun_results" \
+  -e '{"bench_env": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0", "RDMACOLL_DEBUG": "info"}}'
+# Rank 0 says how the ranks met.
+grep -q "rendezvous: PMIx namespace" "$mpirun_results"/node1/rank-0.log ||
+  { echo "rank 0 did not meet through PMIx:"; cat "$mpirun_results"/node1/rank-0.log; exit 1; }
+/usr/bin/python3 "$root/perf/compare/check_bench.py" "$mpirun_results" --hosts 3 --world 3
+hosts=$(cat "$mpirun_results"/*/rank-*.json | /usr/bin/python3 -c 'import json,sys; print(len({json.loads(l)["host"] for l in sys.stdin}))')
+[ "$hosts" = 3 ] || { echo "mpirun's results came from $hosts host(s), not 3"; exit 1; }
+rm -rf "$mpirun_results"
+
 echo "== second run: provision and build change nothing"
 out=$(ansible-playbook -i "$state/inventory.ini" "$root/ansible/provision.yml" "$root/ansible/build.yml" "${overrides[@]}" 2>&1) || { echo "$out"; exit 1; }
 recap=$(echo "$out" | grep -E "^node[0-9]+ +:")
