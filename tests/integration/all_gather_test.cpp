@@ -24,8 +24,6 @@ using testing::input_value;
 using testing::run_ranks;
 using testing::RunOptions;
 
-// Rank 2 passes 5 elements, the others 4: every rank raises, and no peer chunk lands in our
-// output (every slot but our own still holds the sentinel).
 // Rank 2's input is one element longer: every rank raises and no element of any output is
 // written, its own slot included (a small call once copied the rank's own chunk in first).
 // Small (inline), converting int64 into float32 (the torch documentation's example), and

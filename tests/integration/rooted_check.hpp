@@ -14,6 +14,20 @@
 
 namespace rdmacoll::testing::rooted {
 
+// Sizes on every path: empty, one element, inline, just past the eager limit (64 KiB up to 16
+// ranks), and 16 MiB in all.
+inline std::vector<int64_t> chunk_sizes(int p) {
+  return {0, 1, 1000, (100 << 10) / 4, (16 << 20) / 4 / p};
+}
+
+// The groups of an 8-rank world the tests run on: 1 to 8 ranks, non-powers of two, and members
+// that are not the world's first ranks.
+inline std::vector<std::vector<int>> groups_of_eight() {
+  return {
+      {0},      {0, 1}, {0, 1, 2}, {3, 5, 6, 7, 1}, {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5, 6, 7},
+      {6, 2, 4}};
+}
+
 inline int size_of(const Group& g) {
   return g.is_default() ? get_world_size() : g.size();
 }
