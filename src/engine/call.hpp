@@ -35,16 +35,7 @@ struct PendingLists {
 class Call {
  public:
   Call(transport::Transport& t, GroupState& g, const char* op, SpinPolicy spin)
-      : t_(t),
-        g_(g),
-        op_(op),
-        seq_(g.next_seq++),
-        spin_(spin),
-        recvs_(g.scratch.get<PendingLists>().recvs),
-        sends_(g.scratch.get<PendingLists>().sends) {  // one scan each: no allocation
-    recvs_.clear();
-    sends_.clear();
-  }
+      : Call(t, g, op, spin, g.scratch.get<PendingLists>()) {}  // one scan: no allocation
 
   // No network I/O here: a failed call's neighbours were told by run()'s failure path.
   ~Call() {
@@ -62,6 +53,20 @@ class Call {
 
   uint64_t seq() const { return seq_; }
 
+ private:
+  Call(transport::Transport& t, GroupState& g, const char* op, SpinPolicy spin, PendingLists& lists)
+      : t_(t),
+        g_(g),
+        op_(op),
+        seq_(g.next_seq++),
+        spin_(spin),
+        recvs_(lists.recvs),
+        sends_(lists.sends) {
+    recvs_.clear();
+    sends_.clear();
+  }
+
+ public:
   // The token this call's writers put in their signals (transport.hpp), reserved on first use:
   // by make_descriptor, before the descriptor leaves.
   uint64_t token() {
