@@ -16,11 +16,18 @@ ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 ||
   { echo "skipped: Slurm's PMIx plugin is not installed"; exit 77; }
 
 dir=$(mktemp -d /tmp/rdmacoll-slurm.XXXXXX)
+# The daemons write their state as they stop: wait for each to be gone (10 s, then SIGKILL)
+# before the scratch directory goes.
 stop() {
-  for pid in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munge/munged.pid; do
-    [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null || true
+  local f pid
+  for f in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munge/munged.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
   done
-  rm -rf "$dir"
+  rm -rf "$dir" || true
 }
 trap stop EXIT
 mkdir -p "$dir"/state "$dir"/spool "$dir"/munge
