@@ -214,6 +214,12 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
   const std::string where = "new_member_group (group rank " + std::to_string(group_rank) + " of " +
                             std::to_string(group_size) + ", world rank " +
                             std::to_string(ctx.rank) + ")";
+  if (!ctx.rendezvous->store()) {
+    throw InvalidArgument(where +
+                          ": member groups take their ids from the world's store, and this world "
+                          "met through the launcher's PMIx server, which needs none; use "
+                          "new_group(ranks), called by every rank");
+  }
   // Each member says which world rank it is; the first member draws the group's id from the
   // world's store, so ids are unique in the job whatever groups other ranks make.
   const std::string claim = "rdmacoll/member/" + std::to_string(group_rank);

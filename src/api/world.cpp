@@ -249,7 +249,10 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
     }
     addresses[r] = std::move(*unwrapped);
   }
-  w->transport->set_connection_store(rv.store());
+  if (w->transport->needs_connection_store()) {
+    rv.open_store();  // under PMIx, only now and only for such a transport
+    w->transport->set_connection_store(rv.store());
+  }
   w->transport->connect(w->rank, addresses);
   w->engine = std::make_unique<engine::Engine>(*w->transport, spin_policy(*w));
 

@@ -89,7 +89,7 @@ Rendezvous::Rendezvous(const RendezvousOptions& o)
     : rank_(o.rank), world_size_(o.world_size), timeout_(o.timeout), where_(o.where) {
   const auto deadline = Clock::now() + timeout_;
   if (o.pmix) {
-    join_through_pmix(o);
+    pmix_ = o.pmix;
     return;  // PMIx numbered the ranks: no claims, no sizes to compare
   }
   if (o.store) {
@@ -180,11 +180,11 @@ bool decode_record(const Bytes& b, StoreRecord& r) {
 }  // namespace
 
 // Rank 0 hosts the store on a port the kernel picks, under a secret it draws, for this
-// launcher namespace alone; PMIx's first fence tells every rank where and how to prove itself.
+// launcher namespace alone; a PMIx fence tells every rank where and how to prove itself.
 // Where: loopback when the whole job shares one host, else RDMACOLL_STORE_BIND or every
 // address of rank 0's host, tried in turn (the secret turns away anything else listening).
-void Rendezvous::join_through_pmix(const RendezvousOptions& o) {
-  pmix_ = o.pmix;
+void Rendezvous::open_store() {
+  if (store_ || !pmix_) return;
   StoreCredentials credentials;
   credentials.job_id = "pmix:" + pmix_->nspace();
   StoreRecord record;
@@ -280,6 +280,8 @@ void Rendezvous::acknowledge_abort() {
 }
 
 void Rendezvous::abort(const std::string& why) {
+  // Under PMIx every rank saw the same exchange and finds the same fault: each raises on its own.
+  if (!store_) throw InvalidArgument(why);
   try {
     if (!store_->check(kAbortKey)) {
       store_->set(kAbortKey, "rank " + std::to_string(rank_) + ": " + why);

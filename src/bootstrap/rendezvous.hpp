@@ -1,9 +1,9 @@
 #pragma once
 // How the ranks of a world meet, agree and part: through a key-value store, our TCP store
 // (rank 0 hosts it) or the caller's (torch's, prefixed per world); or through the launcher's
-// PMIx server, whose fences carry the exchanges and the parting, with a store for what comes
-// between (first contacts of the verbs transport, member-group ids) that rank 0 hosts on a port
-// it picks and every rank finds, with its secret, through PMIx. Every wait is bounded by the
+// PMIx server, whose fences carry the exchanges and the parting. Under PMIx a store is opened
+// only for a transport that connects peers on first use (verbs): rank 0 hosts it on a port it
+// picks and every rank finds it, with its secret, through PMIx. Every wait is bounded by the
 // world's timeout and raises at once when a rank gives up (it posts why); rank numbers are
 // claimed once; the settings every rank must share are compared; and at the end every rank is
 // done with the store before rank 0 takes it away. Store I/O only: nothing here knows
@@ -49,7 +49,11 @@ class Rendezvous {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // The store; null in a world met through PMIx until open_store().
   const std::shared_ptr<Store>& store() const { return store_; }
+  // Under PMIx, opens rank 0's store for this world (every rank calls it, at the same point);
+  // with a store already, nothing.
+  void open_store();
   // For messages: "rendezvous store at 10.0.0.1:29500", "PMIx namespace 1885011969".
   std::string describe() const;
 
@@ -81,7 +85,6 @@ class Rendezvous {
   void leave();
 
  private:
-  void join_through_pmix(const RendezvousOptions& options);
   [[noreturn]] void rethrow_with_context(const Error& e) const;
   void claim_rank();
   void acknowledge_abort();

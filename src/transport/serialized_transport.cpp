@@ -38,6 +38,7 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     inner_->set_connection_store(std::move(store));
   }
+  bool needs_connection_store() const override { return inner_->needs_connection_store(); }
   void connect(int my_rank, const std::vector<Bytes>& addresses) override {
     std::lock_guard lock(mu_);
     inner_->connect(my_rank, addresses);

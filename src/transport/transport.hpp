@@ -127,6 +127,8 @@ class Transport {
   // peer's, so a rank holds QPs only for the peers its schedules touch. The store must be safe
   // to call from the thread that runs progress().
   virtual void set_connection_store(std::shared_ptr<Store> /*store*/) {}
+  // Whether it uses that store at all (a world met through PMIx opens one only then).
+  virtual bool needs_connection_store() const { return false; }
 
   virtual std::shared_ptr<MemoryRegion> register_memory(void* base, size_t length) = 0;
   // Registers [base, base + length) once, for as long as the result is held: calls on memory

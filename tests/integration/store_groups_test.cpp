@@ -128,5 +128,21 @@ TEST(StoreGroups, ConflictingGroupRanksRaise) {
       without_init()));
 }
 
+// Under mpirun (RDMACOLL_TEST_LAUNCHED) the world met through PMIx, and on UCX, which connects
+// every peer from the addresses exchanged at init, it opened no store at all: a member group,
+// whose id comes from the world's store, says to use new_group, on every rank.
+TEST(StoreGroups, AWorldMetThroughPmixOnUcxHasNoStoreAndAMemberGroupSaysSo) {
+  if (!testing::launched()) GTEST_SKIP() << "runs under a PMIx launcher only";
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    // Any store will do: it is refused before it is used.
+    auto caller = std::make_shared<bootstrap::PrefixedStore>("unused/", nullptr);
+    expect_throw_with<InvalidArgument>([&] { new_member_group(caller, rank, 2); },
+                                       "launcher's PMIx server");
+    Tensor in = tensor({rank + 1.0}), out = zeros({2});
+    all_gather_into_tensor(out, in);  // the world is fine
+    RANK_CHECK(out.item(0) == 1 && out.item(1) == 2, "got " << out);
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll

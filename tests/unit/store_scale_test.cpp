@@ -155,8 +155,9 @@ TEST(StoreAtScale, RankZerosStoreServesInitAndTheFirstCall) {
 // The whole of init and destroy as rank 0's store serves them (bootstrap/rendezvous.cpp), by
 // bootstrap. Store: each rank's hello, its rank claim (add, set), the world size (rank 0's set,
 // everyone's get), three exchanges (settings, placements, transport addresses) and the parting
-// (set arrived, add destroy, get destroyed, add closed; rank 0 waits for all_closed). PMIx: each
-// rank's hello and nothing else; the exchanges and the parting are the launcher's fences.
+// (set arrived, add destroy, get destroyed, add closed; rank 0 waits for all_closed). PMIx: the
+// exchanges and the parting are the launcher's fences; over verbs each rank's hello to the store
+// its first contacts use (on UCX there is no store at all).
 Served store_init_and_destroy(int p) {
   Served s;
   for (int r = 0; r < p; ++r) {
@@ -182,7 +183,7 @@ Served store_init_and_destroy(int p) {
 Served pmix_init_and_destroy(int p) {
   Served s;
   for (int r = 0; r < p; ++r)
-    s.request(0, 64, 64);  // the hello (the store stays for the verbs transport's first contacts)
+    s.request(0, 64, 64);  // the hello to the store of the verbs transport's first contacts
   return s;
 }
 
@@ -192,7 +193,7 @@ TEST(StoreAtScale, UnderPmixRankZeroServesOnlyEachRanksHelloAtInitAndNothingAtDe
     const Served pmix = pmix_init_and_destroy(p);
     std::printf(
         "p %d: init and destroy, rank 0's store serves %llu requests (%.2f per rank, %.1f MB) "
-        "under the store bootstrap, %llu (%.2f per rank) under PMIx\n",
+        "under the store bootstrap, %llu (%.2f per rank) under PMIx over verbs, none on UCX\n",
         p, static_cast<unsigned long long>(store.requests), double(store.requests) / p,
         store.bytes / 1e6, static_cast<unsigned long long>(pmix.requests),
         double(pmix.requests) / p);

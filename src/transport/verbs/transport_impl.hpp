@@ -133,6 +133,7 @@ class VerbsTransport final : public Transport,
   Bytes address(int my_rank, int world_size) override;
 
   void set_connection_store(std::shared_ptr<Store> store) override { store_ = std::move(store); }
+  bool needs_connection_store() const override { return true; }
 
   // Checks every rank's device against ours; QPs come later, on first use (see Link).
   void connect(int my_rank, const std::vector<Bytes>& addresses) override;
