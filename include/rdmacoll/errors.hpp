@@ -5,33 +5,35 @@
 #include <stdexcept>
 #include <string>
 
+#include "rdmacoll/export.hpp"
+
 namespace rdmacoll {
 
-class Error : public std::runtime_error {
+class RDMACOLL_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 // Bad arguments: shapes, dtypes, group membership, mismatches across ranks.
-class InvalidArgument : public Error {
+class RDMACOLL_API InvalidArgument : public Error {
  public:
   using Error::Error;
 };
 
 // A wait passed its deadline (peer never arrived, collective did not complete).
-class Timeout : public Error {
+class RDMACOLL_API Timeout : public Error {
  public:
   using Error::Error;
 };
 
 // A peer process died or its connection broke.
-class PeerFailure : public Error {
+class RDMACOLL_API PeerFailure : public Error {
  public:
   using Error::Error;
 };
 
 // The transport (UCX, verbs) reported an error that is not attributable to a peer.
-class TransportError : public Error {
+class RDMACOLL_API TransportError : public Error {
  public:
   using Error::Error;
 };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/export.hpp"
 #include "rdmacoll/store.hpp"
 #include "rdmacoll/tensor.hpp"
 #include "rdmacoll/work.hpp"
@@ -35,7 +36,7 @@ class GroupState;  // the library's; opaque here
 
 // A handle on a group of ranks. Cheap to copy. The default-constructed Group means "the
 // default (world) group" when passed to a collective.
-class Group {
+class RDMACOLL_API Group {
  public:
   Group() = default;
   explicit Group(std::shared_ptr<detail::GroupState> state) : state_(std::move(state)) {}
@@ -53,25 +54,27 @@ class Group {
   std::shared_ptr<detail::GroupState> state_;
 };
 
-void init_process_group(const InitOptions& options = {});
-bool is_initialized();
-int get_rank(const Group& group = {});
-int get_world_size(const Group& group = {});
+RDMACOLL_API void init_process_group(const InitOptions& options = {});
+RDMACOLL_API bool is_initialized();
+RDMACOLL_API int get_rank(const Group& group = {});
+RDMACOLL_API int get_world_size(const Group& group = {});
 // Collective over the world: every rank calls it with the same ranks, in the same order of calls.
-Group new_group(const std::vector<int>& ranks,
-                std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+RDMACOLL_API Group new_group(const std::vector<int>& ranks,
+                             std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // A group created by its members alone, as torch creates a backend's process group: every
 // member calls it with the store the members share (keys under "rdmacoll/" in it are ours),
 // its group rank and the group size; non-members do not call it. Needs init_process_group()
 // first: all groups of a process share its one transport (connections, registrations).
-Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
-                       std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+RDMACOLL_API Group
+new_member_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                 std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // A group of its members alone, with a world of its own (its own rendezvous over `store` and its
 // own connections), for when this process has no default process group of rdmacoll: the torch
 // backend makes one for new_group(backend="rdmacoll") under another default backend. Every
 // member calls it with the store they share, its group rank and the group size.
-Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
-                           std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+RDMACOLL_API Group
+new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, int group_size,
+                     std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // The members of `group` but `excluded_ranks` (group ranks), as a new group over the same
 // connections, in the same order: what a job does when ranks died and it carries on without
 // them (torch's shrink_group, MPI's MPI_Comm_shrink). Only the survivors call it, each alone:
@@ -84,18 +87,18 @@ Group new_standalone_group(const std::shared_ptr<Store>& store, int group_rank, 
 // than die) and leaves it unusable, as torch's SHRINK_ABORT. InvalidArgument: a rank out of
 // range or twice, this rank excluded, or no rank left.
 enum class ShrinkMode { Default, AbortParent };
-Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
-                   ShrinkMode mode = ShrinkMode::Default,
-                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+RDMACOLL_API Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks,
+                                ShrinkMode mode = ShrinkMode::Default,
+                                std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 // The group's timeout from now on: calls that have not begun to wait take it (torch's
 // Backend::setTimeout, _set_pg_timeout). Any thread, while calls run.
-void set_timeout(std::chrono::milliseconds timeout, const Group& group = {});
+RDMACOLL_API void set_timeout(std::chrono::milliseconds timeout, const Group& group = {});
 // Frees a group made by new_group() or new_member_group() now: its outstanding work finishes,
 // its shared memory is freed, and `group` becomes the default group. Other copies of the
 // handle raise InvalidArgument when used. Dropping the last handle frees a group too. Each
 // member calls it, after its last collective on the group.
-void destroy_group(Group& group);
-void destroy_process_group();
+RDMACOLL_API void destroy_group(Group& group);
+RDMACOLL_API void destroy_process_group();
 
 // Symmetric memory: a zeroed tensor that every member of the group allocates together, each
 // member's memory mapped by every member on one host. An all_gather_into_tensor whose output
@@ -106,14 +109,15 @@ void destroy_process_group();
 // no ptrace permission), the tensor is ordinary memory and collectives take their usual path;
 // across hosts over verbs it is registered with the NIC once, when made, so no call on it
 // registers it (a registration pins every page).
-Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
+RDMACOLL_API Tensor empty(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
 // As empty(), but its bytes are unspecified, as torch.empty's: a tensor the members dropped is
 // reused without being cleared (allocators such as FSDP2's, which overwrite it anyway). Each
 // group keeps a few dropped tensors' memory mapped for reuse until the group is destroyed.
-Tensor empty_uninitialized(std::vector<int64_t> sizes, DType dtype, const Group& group = {});
+RDMACOLL_API Tensor empty_uninitialized(std::vector<int64_t> sizes, DType dtype,
+                                        const Group& group = {});
 
 // Name of the transport in use ("ucx", "verbs").
-std::string transport_name();
+RDMACOLL_API std::string transport_name();
 
 // Every collective runs on the calling thread and returns once this rank's part is done, or,
 // with async_op = true, is queued and returns a Work to wait on (the tensors must stay alive
@@ -123,47 +127,49 @@ std::string transport_name();
 
 // Gathers every member's `input` into `output` in group rank order. `output` is flat
 // (size*n, ...) or stacked (size, n, ...); the input is converted to the output's dtype.
-Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group = {},
-                            bool async_op = false);
+RDMACOLL_API Work all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                         const Group& group = {}, bool async_op = false);
 
 // Gathers into a list: outputs[i] receives rank i's input.
-Work all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Group& group = {},
-                bool async_op = false);
+RDMACOLL_API Work all_gather(std::vector<Tensor>& outputs, const Tensor& input,
+                             const Group& group = {}, bool async_op = false);
 
 // Reduces `tensor` across the group, in place: afterwards every member holds the elementwise
 // reduction of every member's tensor. Each rank reduces in group rank order (16-bit floats in
 // float), so every member gets bitwise the same result. Sizes, dtypes and `op` must agree.
-Work all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const Group& group = {},
-                bool async_op = false);
+RDMACOLL_API Work all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const Group& group = {},
+                             bool async_op = false);
 
 // Reduces `input` (flat (size*n, ...) or stacked (size, n, ...)) across the group and leaves
 // piece `rank` of the result, n elements, in `output`, as torch's reduce_scatter_tensor. Input
 // and output share a dtype; `output` may be this rank's piece of `input`.
-Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum,
-                           const Group& group = {}, bool async_op = false);
+RDMACOLL_API Work reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                        ReduceOp op = ReduceOp::Sum, const Group& group = {},
+                                        bool async_op = false);
 
 // Copies `tensor` of global rank `src` (a member of the group, as in torch) into every
 // member's `tensor`. Sizes and dtypes must agree.
-Work broadcast(Tensor& tensor, int src, const Group& group = {}, bool async_op = false);
+RDMACOLL_API Work broadcast(Tensor& tensor, int src, const Group& group = {},
+                            bool async_op = false);
 
 // Waits until every member has entered the barrier.
-Work barrier(const Group& group = {}, bool async_op = false);
+RDMACOLL_API Work barrier(const Group& group = {}, bool async_op = false);
 
 // Gathers every member's `input` into `output` on global rank `dst` (a member), in group rank
 // order; `output` is flat (size*n, ...) or stacked (size, n, ...) with the input's dtype, and is
 // read on `dst` only (pass nullptr elsewhere). Sizes and dtypes must agree.
-Work gather(Tensor* output, const Tensor& input, int dst, const Group& group = {},
-            bool async_op = false);
+RDMACOLL_API Work gather(Tensor* output, const Tensor& input, int dst, const Group& group = {},
+                         bool async_op = false);
 
 // Copies piece j of `input` on global rank `src` (flat (size*n, ...) or stacked (size, n, ...),
 // read on `src` only: nullptr elsewhere) into `output` (n elements) of group rank j.
-Work scatter(Tensor& output, const Tensor* input, int src, const Group& group = {},
-             bool async_op = false);
+RDMACOLL_API Work scatter(Tensor& output, const Tensor* input, int src, const Group& group = {},
+                          bool async_op = false);
 
 // Reduces `tensor` across the group into `tensor` on global rank `dst`, folded in group rank
 // order as all_reduce folds; the other members' tensors are only read.
-Work reduce(Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum, const Group& group = {},
-            bool async_op = false);
+RDMACOLL_API Work reduce(Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum,
+                         const Group& group = {}, bool async_op = false);
 
 // Splits `input` along dim 0 into input_split_sizes[j] rows for group rank j, and fills
 // `output` with the rows every member sends here, in group rank order (output_split_sizes[i]
@@ -171,15 +177,15 @@ Work reduce(Tensor& tensor, int dst, ReduceOp op = ReduceOp::Sum, const Group& g
 // divisible by the group size). Rows have the same element count on both sides; input and
 // output share a dtype and do not overlap. What rank i sends rank j must be what rank j
 // expects from rank i: a mismatch raises on every rank.
-Work all_to_all_single(Tensor& output, const Tensor& input,
-                       const std::vector<int64_t>& output_split_sizes = {},
-                       const std::vector<int64_t>& input_split_sizes = {}, const Group& group = {},
-                       bool async_op = false);
+RDMACOLL_API Work all_to_all_single(Tensor& output, const Tensor& input,
+                                    const std::vector<int64_t>& output_split_sizes = {},
+                                    const std::vector<int64_t>& input_split_sizes = {},
+                                    const Group& group = {}, bool async_op = false);
 
 // inputs[j] goes to group rank j, which receives it in its outputs[i] from rank i; every
 // tensor shares a dtype, and inputs[j] here has outputs[i]'s element count there.
-Work all_to_all(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                const Group& group = {}, bool async_op = false);
+RDMACOLL_API Work all_to_all(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                             const Group& group = {}, bool async_op = false);
 
 // Point-to-point. send() of `tensor`'s bytes to global rank `dst` is matched by the recv() on
 // `dst` of the same group and tag (0 to 2^24 - 1), in the order each side issued them, as MPI
@@ -188,10 +194,11 @@ Work all_to_all(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
 // on the group do not wait for it. A peer that never answers raises Timeout after the group's
 // timeout, a dead one PeerFailure.
 inline constexpr int kAnySource = -1;
-Work send(const Tensor& tensor, int dst, const Group& group = {}, int tag = 0,
-          bool async_op = false);
+RDMACOLL_API Work send(const Tensor& tensor, int dst, const Group& group = {}, int tag = 0,
+                       bool async_op = false);
 // `src` kAnySource: from whichever other member sends with `tag` first (Work::source_rank()).
-Work recv(Tensor& tensor, int src, const Group& group = {}, int tag = 0, bool async_op = false);
+RDMACOLL_API Work recv(Tensor& tensor, int src, const Group& group = {}, int tag = 0,
+                       bool async_op = false);
 
 // One operation of a batch: a send of `tensor` to `peer`, or a recv into it from `peer`.
 struct P2POp {
@@ -203,7 +210,7 @@ struct P2POp {
   int tag = 0;
 };
 // Starts every operation at once (torch's batch_isend_irecv); one work per operation.
-std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
+RDMACOLL_API std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
 
 // The collectives, for calls that name one (reject).
 enum class Collective : uint8_t {
@@ -223,14 +230,14 @@ enum class Collective : uint8_t {
 // that every member raises InvalidArgument ("rank R rejected its arguments: why", as when
 // rdmacoll's own checks refuse), nothing is written and the group stays in step. This rank's
 // Work raises InvalidArgument(why).
-Work reject(Collective collective, const std::string& why, const Group& group = {},
-            bool async_op = false);
+RDMACOLL_API Work reject(Collective collective, const std::string& why, const Group& group = {},
+                         bool async_op = false);
 
 // Leaves at once, for a process that is exiting without destroy_process_group (an uncaught
 // exception, a signal): outstanding and queued work fails within a fraction of a second,
 // connections close so that peers raise PeerFailure, and nothing waits for the other ranks.
 // Afterwards the process may initialize again; the memory the transport shares with peers
 // stays mapped until the process ends (a peer may be mapping it). A no-op when not initialized.
-void abort_process_group();
+RDMACOLL_API void abort_process_group();
 
 }  // namespace rdmacoll

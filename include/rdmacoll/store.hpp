@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/export.hpp"
+
 namespace rdmacoll {
 
-class Store {
+class RDMACOLL_API Store {
  public:
   virtual ~Store() = default;
   virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;

@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "rdmacoll/export.hpp"
 #include "rdmacoll/types.hpp"
 
 namespace rdmacoll {
 
-class Tensor {
+class RDMACOLL_API Tensor {
  public:
   Tensor() = default;
 
@@ -68,6 +69,6 @@ inline Tensor tensor(std::initializer_list<double> values, DType dtype = DType::
 }
 
 // Prints like torch: "tensor([1., 2., 2., 3.])".
-std::ostream& operator<<(std::ostream& os, const Tensor& t);
+RDMACOLL_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace rdmacoll

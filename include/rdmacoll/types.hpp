@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "rdmacoll/export.hpp"
+
 namespace rdmacoll {
 
 enum class DType : uint8_t {
@@ -24,18 +26,18 @@ inline constexpr DType kAllDTypes[] = {
     DType::Bool,  DType::UInt8,   DType::Int8,     DType::Int16,   DType::Int32,
     DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 
-size_t element_size(DType dtype);
-bool is_floating_point(DType dtype);
+RDMACOLL_API size_t element_size(DType dtype);
+RDMACOLL_API bool is_floating_point(DType dtype);
 // "torch.float32" style name, as torch prints it.
-std::string dtype_name(DType dtype);
+RDMACOLL_API std::string dtype_name(DType dtype);
 
 // Reduction operators, as torch.distributed.ReduceOp. On bool tensors SUM and MAX are a logical
 // or, PRODUCT and MIN a logical and. AVG needs a floating-point dtype; BAND, BOR and BXOR an
 // integer or bool one.
 enum class ReduceOp : uint8_t { Sum, Product, Min, Max, Avg, BAnd, BOr, BXor };
-std::string reduce_op_name(ReduceOp op);  // "SUM", "PRODUCT", ...
+RDMACOLL_API std::string reduce_op_name(ReduceOp op);  // "SUM", "PRODUCT", ...
 
 // Converts `count` elements from `src` (dtype `from`) to `dst` (dtype `to`), as torch's copy_.
-void convert_elements(void* dst, DType to, const void* src, DType from, size_t count);
+RDMACOLL_API void convert_elements(void* dst, DType to, const void* src, DType from, size_t count);
 
 }  // namespace rdmacoll

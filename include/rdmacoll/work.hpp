@@ -9,13 +9,15 @@
 #include <optional>
 #include <vector>
 
+#include "rdmacoll/export.hpp"
+
 namespace rdmacoll {
 
 namespace detail {
 class WorkState;  // the library's; opaque here
 }  // namespace detail
 
-class Work {
+class RDMACOLL_API Work {
  public:
   // A completed work: what a blocking call returns.
   Work() = default;
@@ -45,6 +47,6 @@ class Work {
 
 // A work that completes when every one of `works` has, with the first error among them (as
 // MPI_Waitall): what torch's batch_isend_irecv returns for a coalesced batch.
-Work when_all(const std::vector<Work>& works);
+RDMACOLL_API Work when_all(const std::vector<Work>& works);
 
 }  // namespace rdmacoll
