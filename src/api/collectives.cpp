@@ -108,7 +108,7 @@ namespace {
 
 void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output,
                                 const Tensor& input) {
-  engine::AllGatherArgs a;
+  engine::RoundArgs a;
   a.out = output.data();
   a.out_dtype = output.dtype();
   a.out_numel = output.numel();
@@ -143,7 +143,7 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
   const int64_t total = static_cast<int64_t>(g.size()) * input.numel();
   api::Staging staging(g.scratch.get<api::ListScratch>().out,
                        static_cast<size_t>(total) * element_size(dt));
-  engine::AllGatherArgs a;
+  engine::RoundArgs a;
   a.out = staging.data();
   a.out_dtype = dt;
   a.out_numel = total;
@@ -283,7 +283,7 @@ Work reject(Collective collective, const std::string& why, const Group& group, b
   auto body = [&e, &g, collective, why] {
     switch (collective) {
       case Collective::AllGather: {
-        engine::AllGatherArgs a;
+        engine::RoundArgs a;
         a.local_error = why;
         return e.all_gather(g, a);
       }

@@ -30,7 +30,7 @@ std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g, const char* 
                                   const std::vector<int64_t>& mine,
                                   const std::string& local_error = {}) {
   std::vector<int64_t> all(mine.size() * static_cast<size_t>(g.size()));
-  engine::AllGatherArgs a;
+  engine::RoundArgs a;
   a.title = what;
   a.out = all.data();
   a.out_dtype = DType::Int64;

@@ -24,7 +24,7 @@ void check_usable(const GroupState& g, const char* op) {
   }
 }
 
-CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherArgs& a) {
+CallDescriptor make_descriptor(const GroupState& g, Call& call, const RoundArgs& a) {
   CallDescriptor d;
   d.seq = call.seq();
   d.signal_token = call.token();

@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/core/round_args.hpp"
 #include "engine/eager_slots.hpp"
 #include "engine/executor.hpp"
 #include "engine/group_state.hpp"
 #include "engine/leaving.hpp"
 #include "engine/pending.hpp"
+#include "engine/spin.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/transport.hpp"
 
@@ -318,7 +319,7 @@ class SourceView final : public transport::MemoryRegion {
 
 // Our descriptor for `call` from the collective's arguments: sizes, dtypes, operator, root and
 // local error (no addresses or inline data yet).
-CallDescriptor make_descriptor(const GroupState& g, Call& call, const AllGatherArgs& a);
+CallDescriptor make_descriptor(const GroupState& g, Call& call, const RoundArgs& a);
 
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);

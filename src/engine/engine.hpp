@@ -8,10 +8,11 @@
 #include <optional>
 #include <string>
 
-#include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/core/round_args.hpp"
 #include "engine/group_state.hpp"
 #include "engine/p2p.hpp"
+#include "engine/spin.hpp"
 #include "rdmacoll/types.hpp"
 #include "transport/transport.hpp"
 
@@ -22,7 +23,7 @@ class Engine {
   Engine(transport::Transport& transport, SpinPolicy spin)
       : transport_(transport), spin_(spin), p2p_(std::make_shared<PointToPoint>(transport, spin)) {}
 
-  void all_gather(GroupState& group, const AllGatherArgs& args);
+  void all_gather(GroupState& group, const RoundArgs& args);
   // In place over data[0, numel); `local_error` as for all_gather.
   void all_reduce(GroupState& group, void* data, DType dtype, int64_t numel, ReduceOp op,
                   const std::string& local_error);
@@ -70,11 +71,6 @@ class Engine {
   SpinPolicy spin_;
   std::shared_ptr<PointToPoint> p2p_;
 };
-
-// The arguments of one gather round of a reduction (all_reduce, reduce_scatter): our n elements
-// at `in` into p x n at `out`, with the whole length and the operator in the descriptors.
-AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
-                         int64_t total_numel, const std::string& local_error);
 
 // RDMACOLL_ALGO (auto|rd|bruck|ring|direct|two_level) resolved for a group of p ranks.
 schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);

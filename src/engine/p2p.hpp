@@ -25,8 +25,8 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/call_args.hpp"
 #include "engine/group_state.hpp"
+#include "engine/spin.hpp"
 #include "transport/transport.hpp"
 
 namespace rdmacoll::engine {

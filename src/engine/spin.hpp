@@ -6,10 +6,18 @@
 
 #include <sched.h>
 
-#include "engine/call_args.hpp"
+#include <chrono>
+
 #include "transport/transport.hpp"
 
 namespace rdmacoll::engine {
+
+// How a wait polls before it blocks: for `duration`, yielding the core at each poll when ranks
+// outnumber cores (MPI's yield-when-idle), so the peer being waited for can run.
+struct SpinPolicy {
+  std::chrono::microseconds duration{0};
+  bool yield = false;
+};
 
 // One idle round: true while the wait should keep polling (64 rounds, then for the policy's
 // duration, timed from the 65th). `idle` counts the rounds since anything moved (the caller

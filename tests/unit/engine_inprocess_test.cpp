@@ -47,7 +47,7 @@ void gather_checked(RankContext& c, int64_t n, int call) {
   Tensor out = zeros({c.p * n}, DType::Float32);
   for (int64_t i = 0; i < c.p * n; ++i)
     out.set(i, -1);
-  AllGatherArgs a;
+  RoundArgs a;
   a.out = out.data();
   a.out_dtype = DType::Float32;
   a.out_numel = out.numel();

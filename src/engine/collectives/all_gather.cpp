@@ -21,11 +21,11 @@ namespace {
 constexpr size_t kWindowMinBytes = 1024;
 constexpr size_t kWindowBlockFrom = 2u << 20;
 constexpr size_t kWindowBlockBytes = 16u << 10;
-void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
+void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs& a,
             std::shared_ptr<transport::MemoryRegion>& region, bool& stored);
 }  // namespace
 
-void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
+void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
   const char* name = a.title ? a.title : collective_name(a.op);
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
@@ -40,7 +40,7 @@ void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a) {
 
 namespace {
 
-void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherArgs& a,
+void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs& a,
             std::shared_ptr<transport::MemoryRegion>& region, bool& stored) {
   const int p = g.size();
   const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
@@ -211,7 +211,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const AllGatherA
 
 }  // namespace
 
-void Engine::all_gather(GroupState& g, const AllGatherArgs& a) {
+void Engine::all_gather(GroupState& g, const RoundArgs& a) {
   engine::all_gather(*this, g, a);
 }
 

@@ -15,9 +15,9 @@
 
 namespace rdmacoll::engine {
 
-AllGatherArgs round_args(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
-                         int64_t total_numel, const std::string& local_error) {
-  AllGatherArgs a;
+RoundArgs reduction_round(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
+                          int64_t total_numel, const std::string& local_error) {
+  RoundArgs a;
   a.out = out;
   a.out_dtype = dtype;
   a.out_numel = p * n;
@@ -45,8 +45,8 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
   return run_on_window(
       e, g, "all_reduce", data, static_cast<size_t>(numel) * es, local_error,
       [&](Call& call) {
-        return make_descriptor(g, call,
-                               round_args(data, data, dtype, 1, numel, op, numel, local_error));
+        return make_descriptor(
+            g, call, reduction_round(data, data, dtype, 1, numel, op, numel, local_error));
       },
       [&](const Window& w, size_t offset) {
         const int64_t base = numel / p, extra = numel % p;
@@ -92,8 +92,8 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
                            {CollectiveOp::AllReduce, base, m * es, base + g.rank * m * es, dtype, m,
                             op, static_cast<uint64_t>(numel), local_error});
       // In place: our reduced piece is our own slot of the output.
-      all_gather(g, round_args(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m, op,
-                               numel, ""));
+      all_gather(g, reduction_round(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m,
+                                    op, numel, ""));
       done += p * m;
     }
     if (done == numel) return;
@@ -102,8 +102,8 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
   do {
     const int64_t n = std::min(per_piece, numel - done);
     if (scratch.size() < static_cast<size_t>(p) * n * es) scratch.resize(p * n * es);
-    all_gather(g,
-               round_args(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
+    all_gather(
+        g, reduction_round(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
     auto& chunks = g.scratch.get<ReduceScratch>().chunks;  // reused: nothing allocated per call
     chunks.resize(p);
     for (int r = 0; r < p; ++r)

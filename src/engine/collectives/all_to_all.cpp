@@ -71,7 +71,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
           if (out_bytes > 0) std::memcpy(out, in, out_bytes);
           return;
         }
-        AllGatherArgs args;
+        RoundArgs args;
         args.op = CollectiveOp::AllToAll;
         args.in_dtype = args.out_dtype = dtype;
         args.in_numel = static_cast<int64_t>(in_bytes / es);

@@ -39,7 +39,7 @@ void check_same_path(const Call& call, const std::vector<CallDescriptor>& all, b
 
 // Each rank registers its tensor; the root writes it whole to its children, and every rank
 // forwards it to its own children once it has landed.
-void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const AllGatherArgs& a,
+void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const RoundArgs& a,
                     int root) {
   transport::Transport& t = e.transport();
   Call call(t, g, "broadcast", e.spin());
@@ -77,7 +77,7 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
 // The root writes piece j (m elements) into rank j's tensor at its final offset, and the tail
 // (numel mod p elements) to every rank; then every rank's piece is its slot of an in-place
 // all-gather over the first p x m elements.
-void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherArgs& a, int root) {
+void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs& a, int root) {
   transport::Transport& t = e.transport();
   const int p = g.size();
   const size_t es = element_size(a.out_dtype);
@@ -120,7 +120,7 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const AllGatherA
         },
         &region);
   }
-  AllGatherArgs gather = a;
+  RoundArgs gather = a;
   gather.out_numel = static_cast<int64_t>(p) * m;
   gather.in = data + g.rank * piece;
   gather.in_numel = m;
@@ -134,7 +134,7 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   check_usable(g, "broadcast");
   const int p = g.size();
   const size_t bytes = static_cast<size_t>(numel) * element_size(dtype);
-  AllGatherArgs a;
+  RoundArgs a;
   a.op = CollectiveOp::Broadcast;
   a.out = data;
   a.in = data;

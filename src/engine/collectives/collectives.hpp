@@ -22,10 +22,11 @@
 #include <memory>
 #include <string>
 
-#include "engine/call_args.hpp"
 #include "engine/call_descriptor.hpp"
+#include "engine/core/round_args.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "engine/spin.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll::engine {
@@ -50,8 +51,14 @@ inline std::shared_ptr<transport::MemoryRegion> expose_target(transport::Transpo
   return region;
 }
 
+// all_reduce.cpp: the arguments of one gather round of a reduction (all_reduce, reduce_scatter):
+// our n elements at `in` into p x n at `out`, the whole length and the operator in the
+// descriptors.
+RoundArgs reduction_round(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
+                          int64_t total_numel, const std::string& local_error);
+
 // all_gather.cpp
-void all_gather(Engine& e, GroupState& g, const AllGatherArgs& a);
+void all_gather(Engine& e, GroupState& g, const RoundArgs& a);
 
 // reduce_scatter.cpp: one round of a reduce-scatter, piece j being m elements at
 // in + j * stride bytes; all_reduce's first phase runs it too.

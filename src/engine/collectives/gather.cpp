@@ -54,7 +54,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
         }
         const bool inline_path =
             chunk > 0 && chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
-        AllGatherArgs args;
+        RoundArgs args;
         args.op = a.collective;
         args.in_dtype = args.out_dtype = a.dtype;
         args.in_numel = a.n;

@@ -24,7 +24,7 @@ constexpr size_t kRoundBytes = 4u << 20;
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
 CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const ReduceScatterRound& a) {
-  AllGatherArgs args;
+  RoundArgs args;
   args.op = a.collective;
   args.reduce_op = a.op;
   args.total_numel = a.total_numel;
@@ -227,7 +227,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   const size_t whole = static_cast<size_t>(n) * p * es;
   if (scratch.size() < p * whole) scratch.resize(p * whole);
-  AllGatherArgs a = round_args(scratch.data(), in, dtype, p, n * p, op, n, local_error);
+  RoundArgs a = reduction_round(scratch.data(), in, dtype, p, n * p, op, n, local_error);
   a.op = CollectiveOp::ReduceScatter;
   all_gather(g, a);
   if (n == 0) return;
