@@ -108,16 +108,14 @@ inline void check_gathered(const Tensor& out, int world, int iter, DType in_dtyp
   }
 }
 
-// Gathers n floats in a loop; rank `victim` SIGKILLs itself before call `die_at`. A survivor
-// exits 0 as soon as a call raises PeerFailure or Timeout, and fails if none ever does.
-[[noreturn]] inline void gather_until_a_peer_dies(int rank, int world, int64_t n, int victim,
-                                                  int die_at) {
-  Tensor in = zeros({n});
-  Tensor out = zeros({world * n});
+// Runs `call` over and over; rank `victim` SIGKILLs itself before its `die_at`th call. Every
+// other rank must raise PeerFailure or Timeout (then it exits 0), never hang or go on.
+template <typename Call>
+[[noreturn]] void call_until_a_peer_dies(int rank, int victim, int die_at, Call call) {
   for (int iter = 0; iter < 100000; ++iter) {
     if (rank == victim && iter == die_at) ::raise(SIGKILL);
     try {
-      all_gather_into_tensor(out, in);
+      call();
     } catch (const PeerFailure& e) {
       std::fprintf(stderr, "[rank %d] as expected: %s\n", rank, e.what());
       std::_Exit(0);
@@ -127,6 +125,14 @@ inline void check_gathered(const Tensor& out, int world, int iter, DType in_dtyp
     }
   }
   throw CheckFailure("rank " + std::to_string(rank) + " never noticed the dead peer");
+}
+
+// all_gather_into_tensor of n elements per rank until `victim` dies (call_until_a_peer_dies).
+[[noreturn]] inline void gather_until_a_peer_dies(int rank, int world, int64_t n, int victim,
+                                                  int die_at) {
+  Tensor in = zeros({n});
+  Tensor out = zeros({world * n});
+  call_until_a_peer_dies(rank, victim, die_at, [&] { all_gather_into_tensor(out, in); });
 }
 
 }  // namespace rdmacoll::testing
