@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/settings.hpp"
+#include "engine/descriptor_fields.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::engine {
@@ -13,43 +14,22 @@ namespace {
 
 constexpr uint32_t kMagic = 0x52444344;  // "RDCD"
 
-struct Fixed {
-  uint32_t magic;
-  uint32_t group;
-  uint64_t seq;
-  int32_t rank;
-  uint8_t op;
-  uint8_t ok;
-  uint8_t in_dtype;
-  uint8_t out_dtype;
-  uint64_t in_numel;
-  uint64_t out_numel;
-  uint64_t out_addr;
-  uint64_t out_bytes;
-  uint32_t key_len;
-  uint32_t error_len;
-  uint32_t inline_len;
-  uint32_t slot_key_len;
-  uint64_t slot_addr;
-  uint8_t slots_mapped;
-  uint8_t reduce_op;
-  uint8_t refused;
-  uint8_t group_broken;
-  uint32_t slot_capacity;
-  uint64_t total_numel;
-  int32_t root;
-  uint32_t group_size;
-  uint64_t group_creation;
-  uint64_t group_digest;
-  int32_t global_rank;
-  uint32_t splits_len;
-  uint64_t signal_token;
-  uint64_t window;
-  uint64_t window_offset;
-};
-
-static_assert(sizeof(Fixed) + kMaxSlotKeyBytes <= kInlineOverhead,
+static_assert(sizeof(DescriptorHeader) + kMaxSlotKeyBytes <= kInlineOverhead,
               "descriptor_capacity() leaves room for the header and a slot key");
+
+// A variable part as the bytes that travel (an error is cut at kMaxErrorBytes), and back.
+std::span<const uint8_t> wire_bytes(std::span<const uint8_t> part) {
+  return part;
+}
+std::span<const uint8_t> wire_bytes(std::string_view text) {
+  return {reinterpret_cast<const uint8_t*>(text.data()), std::min(text.size(), kMaxErrorBytes)};
+}
+void view(std::span<const uint8_t>& part, const uint8_t* p, size_t n) {
+  part = {p, n};
+}
+void view(std::string_view& text, const uint8_t* p, size_t n) {
+  text = {reinterpret_cast<const char*>(p), n};
+}
 
 }  // namespace
 
@@ -87,58 +67,36 @@ size_t eager_limit(int p, int hosts, size_t max_message) {
 }
 
 size_t CallDescriptor::serialized_size() const {
-  return sizeof(Fixed) + key.size() + std::min(error.size(), kMaxErrorBytes) + slot_key.size() +
-         splits.size() + inline_data.size();
+  size_t total = sizeof(DescriptorHeader);
+#define RDMACOLL_PART(member) total += wire_bytes(member).size();
+  RDMACOLL_DESCRIPTOR_PARTS(RDMACOLL_PART)
+#undef RDMACOLL_PART
+  return total;
 }
 
 size_t CallDescriptor::serialize_to(uint8_t* dst, size_t capacity) const {
-  const size_t err_len = std::min(error.size(), kMaxErrorBytes);
   const size_t total = serialized_size();
   if (total > capacity) {
     throw TransportError("call descriptor of " + std::to_string(total) +
                          " bytes exceeds the limit of " + std::to_string(capacity));
   }
-  const Fixed f{kMagic,
-                group,
-                seq,
-                rank,
-                static_cast<uint8_t>(op),
-                static_cast<uint8_t>(ok ? 1 : 0),
-                in_dtype,
-                out_dtype,
-                in_numel,
-                out_numel,
-                out_addr,
-                out_bytes,
-                static_cast<uint32_t>(key.size()),
-                static_cast<uint32_t>(err_len),
-                static_cast<uint32_t>(inline_data.size()),
-                static_cast<uint32_t>(slot_key.size()),
-                slot_addr,
-                static_cast<uint8_t>(slots_mapped ? 1 : 0),
-                reduce_op,
-                static_cast<uint8_t>(refused),
-                static_cast<uint8_t>(group_broken ? 1 : 0),
-                slot_capacity,
-                total_numel,
-                root,
-                group_size,
-                group_creation,
-                group_digest,
-                global_rank,
-                static_cast<uint32_t>(splits.size()),
-                signal_token,
-                window,
-                window_offset};
+  DescriptorHeader h;
+  h.magic = kMagic;
+#define RDMACOLL_FIELD(member, wire, kind) h.member = static_cast<wire>(member);
+#define RDMACOLL_LENGTH(member) h.member##_len = static_cast<uint32_t>(wire_bytes(member).size());
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
   uint8_t* p = dst;
-  std::memcpy(p, &f, sizeof f);
-  p += sizeof f;
-  for (std::span<const uint8_t> part :
-       {key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(error.data()), err_len),
-        slot_key, splits, inline_data}) {
-    if (!part.empty()) std::memcpy(p, part.data(), part.size());
-    p += part.size();
+  std::memcpy(p, &h, sizeof h);
+  p += sizeof h;
+#define RDMACOLL_PART(member)                                  \
+  if (const auto bytes = wire_bytes(member); !bytes.empty()) { \
+    std::memcpy(p, bytes.data(), bytes.size());                \
+    p += bytes.size();                                         \
   }
+  RDMACOLL_DESCRIPTOR_PARTS(RDMACOLL_PART)
+#undef RDMACOLL_PART
   return total;
 }
 
@@ -159,65 +117,42 @@ std::vector<uint8_t> CallDescriptor::serialize() const {
 }
 
 bool CallDescriptor::peek_seq(const uint8_t* data, size_t length, uint64_t& seq) {
-  Fixed f;
-  if (length < sizeof f) return false;
-  std::memcpy(&f, data, sizeof f);
-  if (f.magic != kMagic) return false;
-  seq = f.seq;
+  DescriptorHeader h;
+  if (length < sizeof h) return false;
+  std::memcpy(&h, data, sizeof h);
+  if (h.magic != kMagic) return false;
+  seq = h.seq;
   return true;
 }
 
 CallDescriptor CallDescriptor::parse(const uint8_t* data, size_t length) {
-  Fixed f;
-  if (length < sizeof f) {
+  DescriptorHeader h;
+  if (length < sizeof h) {
     throw TransportError("malformed call descriptor: " + std::to_string(length) + " bytes");
   }
-  std::memcpy(&f, data, sizeof f);
-  if (f.refused > static_cast<uint8_t>(Refusal::TransportError) || f.group_broken > 1) {
-    throw TransportError("malformed call descriptor (refusal " + std::to_string(f.refused) + ")");
+  std::memcpy(&h, data, sizeof h);
+  if (h.refused > static_cast<uint8_t>(Refusal::TransportError) || h.group_broken > 1) {
+    throw TransportError("malformed call descriptor (refusal " + std::to_string(h.refused) + ")");
   }
-  if (f.magic != kMagic || sizeof f + static_cast<size_t>(f.key_len) + f.error_len +
-                                   f.slot_key_len + f.splits_len + f.inline_len !=
-                               length) {
+  size_t total = sizeof h;
+#define RDMACOLL_PART(member) total += h.member##_len;
+  RDMACOLL_DESCRIPTOR_PARTS(RDMACOLL_PART)
+#undef RDMACOLL_PART
+  if (h.magic != kMagic || total != length) {
     throw TransportError("malformed call descriptor (bad magic or lengths)");
   }
   CallDescriptor d;
-  d.seq = f.seq;
-  d.group = f.group;
-  d.rank = f.rank;
-  d.op = static_cast<CollectiveOp>(f.op);
-  d.ok = f.ok != 0;
-  d.in_dtype = f.in_dtype;
-  d.out_dtype = f.out_dtype;
-  d.in_numel = f.in_numel;
-  d.out_numel = f.out_numel;
-  d.out_addr = f.out_addr;
-  d.out_bytes = f.out_bytes;
-  const uint8_t* p = data + sizeof f;
-  d.key = {p, f.key_len};
-  p += f.key_len;
-  d.error = {reinterpret_cast<const char*>(p), f.error_len};
-  p += f.error_len;
-  d.slot_key = {p, f.slot_key_len};
-  p += f.slot_key_len;
-  d.splits = {p, f.splits_len};
-  p += f.splits_len;
-  d.slot_addr = f.slot_addr;
-  d.slots_mapped = f.slots_mapped != 0;
-  d.slot_capacity = f.slot_capacity;
-  d.reduce_op = f.reduce_op;
-  d.refused = static_cast<Refusal>(f.refused);
-  d.group_broken = f.group_broken != 0;
-  d.total_numel = f.total_numel;
-  d.root = f.root;
-  d.global_rank = f.global_rank;
-  d.group_size = f.group_size;
-  d.group_creation = f.group_creation;
-  d.group_digest = f.group_digest;
-  d.signal_token = f.signal_token;
-  d.window = f.window;
-  d.window_offset = f.window_offset;
-  d.inline_data = {p, f.inline_len};
+#define RDMACOLL_FIELD(member, wire, kind) d.member = static_cast<decltype(d.member)>(h.member);
+#define RDMACOLL_LENGTH(member)
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
+  const uint8_t* p = data + sizeof h;
+#define RDMACOLL_PART(member)        \
+  view(d.member, p, h.member##_len); \
+  p += h.member##_len;
+  RDMACOLL_DESCRIPTOR_PARTS(RDMACOLL_PART)
+#undef RDMACOLL_PART
   return d;
 }
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 #include "common/log.hpp"
+#include "engine/descriptor_fields.hpp"
 
 namespace rdmacoll::engine {
 
@@ -153,14 +155,9 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
 // the `mapped` word at 16, then these.
 namespace {
 struct Record {
-  uint8_t op;
-  uint8_t in_dtype;
-  uint8_t out_dtype;
-  uint8_t reduce_op;
-  int32_t root;
-  uint64_t in_numel;
-  uint64_t out_numel;
-  uint64_t total_numel;
+#define RDMACOLL_RECORD(member) decltype(DescriptorHeader::member) member;
+  RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
+#undef RDMACOLL_RECORD
 };
 static_assert(EagerSlots::kRecordAt + sizeof(Record) + EagerSlots::kRecordInline ==
               EagerSlots::kLine);
@@ -170,24 +167,50 @@ size_t chunk_at(size_t n) {
   return n <= EagerSlots::kRecordInline ? EagerSlots::kLine - EagerSlots::kRecordInline
                                         : EagerSlots::kLine;
 }
+
+// Which header fields the record carries.
+struct InRecord {
+#define RDMACOLL_FIELD(member, wire, kind) bool member = false;
+#define RDMACOLL_LENGTH(member)
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
+};
+constexpr InRecord kInRecord = [] {
+  InRecord in;
+#define RDMACOLL_RECORD(member) in.member = true;
+  RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
+#undef RDMACOLL_RECORD
+  return in;
+}();
+
 }  // namespace
 
+// A descriptor travels as a record when everything the record leaves out is what the reader
+// rebuilds (the call's identity) or holds its default: every other field and every variable
+// part but the inline chunk.
 bool EagerSlots::fits_record(const CallDescriptor& d, size_t capacity) {
-  return d.ok && d.refused == CallDescriptor::Refusal::None && !d.group_broken && d.key.empty() &&
-         d.error.empty() && d.splits.empty() && d.out_addr == 0 && d.out_bytes == 0 &&
-         d.window == 0 && d.window_offset == 0 && d.slot_addr == 0 && d.slot_key.empty() &&
-         d.slot_capacity == 0 && !d.slots_mapped && d.inline_data.size() <= capacity;
+  static constexpr CallDescriptor defaults{};
+  bool fits = d.inline_data.size() <= capacity;
+#define RDMACOLL_FIELD(member, wire, kind)                                                    \
+  if (FieldKind::kind == FieldKind::Data && !kInRecord.member && d.member != defaults.member) \
+    fits = false;
+#define RDMACOLL_LENGTH(member)
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
+#define RDMACOLL_PART(member) \
+  if (std::string_view(#member) != "inline_data" && !d.member.empty()) fits = false;
+  RDMACOLL_DESCRIPTOR_PARTS(RDMACOLL_PART)
+#undef RDMACOLL_PART
+  return fits;
 }
 
 void EagerSlots::write_record(uint8_t* slot, const CallDescriptor& d) {
-  const Record r{static_cast<uint8_t>(d.op),
-                 d.in_dtype,
-                 d.out_dtype,
-                 d.reduce_op,
-                 d.root,
-                 d.in_numel,
-                 d.out_numel,
-                 d.total_numel};
+  Record r;
+#define RDMACOLL_RECORD(member) r.member = static_cast<decltype(r.member)>(d.member);
+  RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
+#undef RDMACOLL_RECORD
   std::memcpy(slot + kRecordAt, &r, sizeof r);
   const size_t n = d.inline_data.size();
   if (n > 0) std::memcpy(slot + chunk_at(n), d.inline_data.data(), n);
@@ -199,14 +222,9 @@ bool EagerSlots::read_record(const uint8_t* slot, size_t capacity, CallDescripto
   if (n > capacity) return false;
   Record r;
   std::memcpy(&r, slot + kRecordAt, sizeof r);
-  d.op = static_cast<CollectiveOp>(r.op);
-  d.in_dtype = r.in_dtype;
-  d.out_dtype = r.out_dtype;
-  d.reduce_op = r.reduce_op;
-  d.root = r.root;
-  d.in_numel = r.in_numel;
-  d.out_numel = r.out_numel;
-  d.total_numel = r.total_numel;
+#define RDMACOLL_RECORD(member) d.member = static_cast<decltype(d.member)>(r.member);
+  RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
+#undef RDMACOLL_RECORD
   d.inline_data = {slot + chunk_at(n), n};
   return true;
 }

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/call_descriptor.hpp"
+#include "engine/descriptor_fields.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/transport.hpp"
 
@@ -52,6 +54,39 @@ TEST(CallDescriptor, RoundTrip) {
   EXPECT_TRUE(e.slots_mapped);
   EXPECT_EQ(e.refused, CallDescriptor::Refusal::TransportError);
   EXPECT_TRUE(e.group_broken);
+}
+
+// A value other than `value`: a bool toggled, an enum moved to its neighbour, a number from
+// `next`, so no two fields hold the same.
+template <typename T>
+T another(T value, uint64_t& next) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return !value;
+  } else if constexpr (std::is_enum_v<T>) {
+    return static_cast<T>(static_cast<uint64_t>(value) ^ 1);
+  } else {
+    return static_cast<T>(next++);
+  }
+}
+
+// Every field of the table (engine/descriptor_fields.hpp) survives the wire, each changed from
+// its default, so a field added later is covered too.
+TEST(CallDescriptor, EveryFieldOfTheTableRoundTrips) {
+  CallDescriptor d;
+  uint64_t next = 2;
+#define RDMACOLL_FIELD(member, wire, kind) d.member = another(d.member, next);
+#define RDMACOLL_LENGTH(member)
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+  const auto bytes = d.serialize();
+  const CallDescriptor e = CallDescriptor::parse(bytes.data(), bytes.size());
+  const CallDescriptor defaults;
+#undef RDMACOLL_FIELD
+#define RDMACOLL_FIELD(member, wire, kind)  \
+  EXPECT_EQ(e.member, d.member) << #member; \
+  EXPECT_NE(e.member, defaults.member) << #member;
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
 }
 
 TEST(CallDescriptor, SerializeIntoReusesTheBufferAndEnforcesTheLimit) {

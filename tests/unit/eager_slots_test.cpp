@@ -5,9 +5,11 @@
 
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "engine/call_descriptor.hpp"
+#include "engine/descriptor_fields.hpp"
 #include "engine/eager_slots.hpp"
 
 namespace rdmacoll::engine {
@@ -121,6 +123,53 @@ TEST(EagerSlotsRecord, OnlyDescriptorsTheGroupCanRebuildTravelAsRecords) {
   EXPECT_TRUE(refused([](CallDescriptor& d) { d.slots_mapped = true; }));
   EXPECT_TRUE(refused([&](CallDescriptor& d) { d.inline_data = big; }));
   EXPECT_FALSE(refused([](CallDescriptor&) {}));
+}
+
+// A field's value changed from its default: the low bit flipped (a bool toggles, an enum moves
+// to its neighbour).
+template <typename T>
+T changed(T value) {
+  return static_cast<T>(static_cast<uint64_t>(value) ^ 1);
+}
+
+bool in_record(std::string_view field) {
+#define RDMACOLL_RECORD(member) \
+  if (field == #member) return true;
+  RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
+#undef RDMACOLL_RECORD
+  return false;
+}
+
+// Table-driven (engine/descriptor_fields.hpp), so a field added later is covered too: a Data
+// field the record leaves out keeps the descriptor from travelling as one, and every field the
+// record carries comes back.
+TEST(EagerSlotsRecord, EveryFieldTheRecordLeavesOutKeepsTheDescriptorOutOfIt) {
+  const size_t capacity = 4096;
+  const std::vector<uint8_t> chunk(16, 1);
+  std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity));
+  int data_fields = 0, carried = 0;
+#define RDMACOLL_FIELD(member, wire, kind)                                                      \
+  if (FieldKind::kind == FieldKind::Data) {                                                     \
+    ++data_fields;                                                                              \
+    CallDescriptor d = small_call(chunk);                                                       \
+    d.member = changed(d.member);                                                               \
+    if (in_record(#member)) {                                                                   \
+      ++carried;                                                                                \
+      EXPECT_TRUE(EagerSlots::fits_record(d, capacity)) << #member;                             \
+      EagerSlots::write_record(slot.data(), d);                                                 \
+      CallDescriptor got;                                                                       \
+      ASSERT_TRUE(EagerSlots::read_record(slot.data(), capacity, got));                         \
+      EXPECT_EQ(got.member, d.member) << #member;                                               \
+    } else {                                                                                    \
+      EXPECT_FALSE(EagerSlots::fits_record(d, capacity)) << #member << " is not in the record"; \
+    }                                                                                           \
+  }
+#define RDMACOLL_LENGTH(member)
+  RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
+#undef RDMACOLL_FIELD
+#undef RDMACOLL_LENGTH
+  EXPECT_EQ(carried, 8);
+  EXPECT_GT(data_fields, carried);
 }
 
 TEST(EagerSlotsRecord, AChunkLongerThanTheSlotIsRefusedByTheReader) {
