@@ -3,7 +3,7 @@
 // of a group, i.e. the connections a transport that connects on demand has to open (NCCL
 // connects the neighbours of its rings and trees only, UCX its endpoints on first use).
 // Plain data like the schedules: the footprint plan of the verbs transport is computed from
-// it (tests/unit/footprint_test.cpp), for any p, without a network.
+// it (tests/unit/transport/footprint_test.cpp), for any p, without a network.
 //
 // Sizes, per rank: recursive doubling log2 p peers, the ring 2, Bruck (the all-gather and the
 // descriptor exchange across hosts) and the binomial broadcast trees of every root rank +- 2^k,

@@ -1,8 +1,8 @@
 #pragma once
 // The control plane as schedules. A call's descriptors are all-gathered, each rank's chunk its
 // serialized descriptor, on the same plain-data schedules as the data: the peers a call talks to
-// and the order of its rounds are the data schedules' (proven in tests/unit/schedule_test.cpp),
-// and the connection plan takes them from here.
+// and the order of its rounds are the data schedules' (proven in
+// tests/unit/schedule/schedule_test.cpp), and the connection plan takes them from here.
 //
 //  - Direct: one round, every member to every member (one host, where the messages are copies
 //    through shared memory, or the mailbox replaces them).

@@ -132,27 +132,45 @@ def case_shrink():
     os._exit(0)
 
 
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _loss_of(net, step, who):
+    """Rank `who`'s loss at `step`: every rank can make any rank's batch of any step."""
+    g = torch.Generator().manual_seed(1000 * step + who)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    return torch.nn.functional.mse_loss(net(x), y)
+
+
+def _check_against_the_survivors_run(params, lr, steps, fail_at, p, survivors, what):
+    """The run the recovery must equal, by hand and without communication: SGD on the mean loss
+    of every rank up to `fail_at`, of the survivors from there. Returns the final loss."""
+    ref = _mlp()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        who = list(range(p)) if s < fail_at else survivors
+        (sum(_loss_of(ref, s, w) for w in who) / len(who)).backward()
+        ref_opt.step()
+    for (name, a), b in zip(params, ref.parameters()):
+        if not torch.allclose(a, b, atol=1e-5, rtol=0):
+            raise AssertionError(f"{what}: {name} is {(a - b).abs().max().item()} away from the "
+                                 f"{len(survivors)}-rank run")
+    return sum(_loss_of(ref, steps, w) for w in survivors).item() / len(survivors)
+
+
 def case_ddp_shrink():
     """DDP recovery: 4 ranks train; rank 2 is SIGKILLed in the middle of step 5 (after its
     forward); the survivors' backward raises, they shrink the default group, restore the replica
     state they kept from the last good step, wrap the model in a new DDP over the shrunk group
-    and finish the run. Their parameters then equal a 3-rank run from that step's state (the
-    average of the 3 survivors' gradients, computed here without any communication)."""
+    and finish the run. Their parameters then equal a 3-rank run from that step's state."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, p = init(timeout_s=20)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = _mlp()
     lr, steps, fail_at = 0.05, 12, 5
-
-    def batch(step, who):  # every rank can make any rank's batch of any step
-        g = torch.Generator().manual_seed(1000 * step + who)
-        return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-
-    def loss_of(net, step, who):
-        x, y = batch(step, who)
-        return torch.nn.functional.mse_loss(net(x), y)
-
     ddp = DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     kept = copy.deepcopy(model.state_dict())
@@ -160,7 +178,7 @@ def case_ddp_shrink():
     while step < steps:
         try:
             opt.zero_grad()
-            loss = loss_of(ddp, step, survivors[me])
+            loss = _loss_of(ddp, step, survivors[me])
             if step == fail_at and rank == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
             loss.backward()
@@ -177,22 +195,63 @@ def case_ddp_shrink():
             model.load_state_dict(kept)
             ddp = DDP(model)  # over the new default group
             opt = torch.optim.SGD(model.parameters(), lr=lr)
-    # The 3-rank run from the kept state, by hand: the gradient of the survivors' mean loss.
-    torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    torch.manual_seed(0)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
-    for s in range(steps):
-        ref_opt.zero_grad()
-        who = list(range(p)) if s < fail_at else survivors
-        (sum(loss_of(ref, s, w) for w in who) / len(who)).backward()
-        ref_opt.step()
-    for a, b in zip(model.parameters(), ref.parameters()):
-        if not torch.allclose(a, b, atol=1e-5, rtol=0):
-            raise AssertionError(f"max difference {(a - b).abs().max().item()} from the 3-rank run")
-    final = sum(loss_of(ref, steps, w) for w in survivors).item() / len(survivors)
+    final = _check_against_the_survivors_run(model.named_parameters(), lr, steps, fail_at, p,
+                                             survivors, "DDP after the shrink")
     dist.destroy_process_group()
     print(f"ok ddp_shrink: rank {rank} finished {steps} steps on {len(survivors)} ranks, "
+          f"loss {final:.5f} as the 3-rank run", flush=True)
+    os._exit(0)
+
+
+def case_fsdp2_shrink():
+    """FSDP2 recovery: 4 ranks train with fully_shard; rank 2 is SIGKILLed in the middle of step
+    4 (after its forward). The survivors catch the error, shrink the default group, shard a new
+    model over a mesh of the shrunk group, load the whole state they kept after the last good
+    step (every parameter gathered: the 4-rank shards cannot be loaded on 3 ranks as they are),
+    and finish the run. Their parameters then equal a 3-rank run from that step's state."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_model_state_dict)
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    rank, p = init(timeout_s=20)
+    lr, steps, fail_at = 0.05, 8, 4
+
+    def sharded():
+        m = _mlp()
+        fully_shard(m, mesh=DeviceMesh.from_group(dist.group.WORLD, "cpu"))
+        return m
+
+    def whole(m):  # every parameter in full, gathered from the shards
+        return {n: q.full_tensor().clone() for n, q in m.named_parameters()}
+
+    model = sharded()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    kept = whole(model)
+    step, me, survivors = 0, rank, list(range(p))
+    while step < steps:
+        try:
+            opt.zero_grad()
+            loss = _loss_of(model, step, survivors[me])
+            if step == fail_at and rank == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+            opt.step()
+            kept = whole(model)
+            step += 1
+        except RuntimeError as e:
+            assert step == fail_at and survivors == list(range(p)), (step, str(e))
+            dist.shrink_group([2])
+            survivors = [r for r in range(p) if r != 2]
+            me = dist.get_rank()
+            assert survivors[me] == rank and dist.get_world_size() == p - 1
+            model = sharded()  # over the new default group
+            set_model_state_dict(model, kept, options=StateDictOptions(full_state_dict=True))
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+    final = _check_against_the_survivors_run(whole(model).items(), lr, steps, fail_at, p,
+                                             survivors, "FSDP2 after the shrink")
+    dist.destroy_process_group()
+    print(f"ok fsdp2_shrink: rank {rank} finished {steps} steps on {len(survivors)} ranks, "
           f"loss {final:.5f} as the 3-rank run", flush=True)
     os._exit(0)
 

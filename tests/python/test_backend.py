@@ -210,7 +210,8 @@ shrinkable = pytest.mark.skipif(not SHRINK, reason="this torch has no shrink_gro
 
 @pytest.mark.parametrize("case,n", [("killed", 3), ("p2p_killed", 3),
                                     pytest.param("shrink", 4, marks=shrinkable),
-                                    pytest.param("ddp_shrink", 4, marks=shrinkable)])
+                                    pytest.param("ddp_shrink", 4, marks=shrinkable),
+                                    pytest.param("fsdp2_shrink", 4, marks=shrinkable)])
 def test_killed_rank_makes_the_others_raise(case, n):
     """Started by hand (rdmacoll-run would end the survivors as soon as one rank dies); the
     last rank dies (the shrink cases: rank 2)."""

@@ -8,7 +8,7 @@
 // with faults to inject: a killed rank (its peers' requests fail, as a dead process's would), a
 // link held (messages and writes from one rank to another queue until released), messages
 // dropped. The engine's collectives run on it in milliseconds, every group size in one ctest
-// process (tests/unit/engine_inprocess_test.cpp); the real-process tests stay.
+// process (tests/unit/engine/engine_inprocess_test.cpp); the real-process tests stay.
 
 #include <memory>
 #include <string>

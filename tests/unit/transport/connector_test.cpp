@@ -9,7 +9,7 @@
 
 #include <thread>
 
-#include "memory_store.hpp"
+#include "support/memory_store.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::transport::verbs_impl {

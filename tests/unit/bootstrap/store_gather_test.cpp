@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.hpp"
-#include "memory_store.hpp"
+#include "support/memory_store.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::bootstrap {
