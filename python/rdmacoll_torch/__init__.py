@@ -99,6 +99,31 @@ def _name_shrunk_groups_custom():
 
 _name_shrunk_groups_custom()
 
+
+def _renumber_a_shrunk_default_group():
+    """After shrink_group on the default group, torch 2.15's dist.get_rank() is the rank in the
+    shrunk group (survivors renumbered 0..n-1), but it maps the group's ranks from the old
+    numbering ({0: 0, 1: 1, 3: 2} after rank 2 left): get_process_group_ranks(WORLD) gives
+    [0, 1, 3], and a DeviceMesh over the new world finds no coordinate for the survivor now
+    numbered 2 (FSDP2 then gives it empty shards). The shrunk default group is mapped as
+    init_process_group maps a default group, one to one, so both numberings agree."""
+    c10d = _dist.distributed_c10d
+    finalize = getattr(c10d, "_finalize_shrunk_group", None)
+    if finalize is None or getattr(finalize, "_rdmacoll", False):
+        return
+
+    def finalize_shrunk(group_info, excluded_ranks_set, new_backend, *args, **kwargs):
+        pg = finalize(group_info, excluded_ranks_set, new_backend, *args, **kwargs)
+        if isinstance(new_backend, _C.RdmacollBackend) and group_info.get("is_default_group"):
+            c10d._world.pg_group_ranks[pg] = {r: r for r in range(pg.size())}
+        return pg
+
+    finalize_shrunk._rdmacoll = True
+    c10d._finalize_shrunk_group = finalize_shrunk
+
+
+_renumber_a_shrunk_default_group()
+
 # A script that ends without destroy_process_group (an exception, Ctrl-C, sys.exit) leaves at
 # once: its peers raise now instead of waiting for it until their timeout.
 atexit.register(_C.leave_at_exit)

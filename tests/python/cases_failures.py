@@ -245,6 +245,9 @@ def case_fsdp2_shrink():
             survivors = [r for r in range(p) if r != 2]
             me = dist.get_rank()
             assert survivors[me] == rank and dist.get_world_size() == p - 1
+            # The new world numbers its ranks 0..p-2 both ways (rdmacoll_torch renumbers what
+            # torch maps; a DeviceMesh needs both to agree).
+            assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(p - 1))
             model = sharded()  # over the new default group
             set_model_state_dict(model, kept, options=StateDictOptions(full_state_dict=True))
             opt = torch.optim.SGD(model.parameters(), lr=lr)
