@@ -54,6 +54,12 @@ class RDMACOLL_API Group {
   std::shared_ptr<detail::GroupState> state_;
 };
 
+// Threads. init_process_group, destroy_process_group and abort_process_group take one lock: any
+// thread may call them, one at a time (abort does not wait for an init or destroy under way on
+// another thread, which then ends the world itself). Collectives may be issued from several
+// threads at once (see the collectives below); groups are made in the same order on every rank,
+// so one thread makes them. As in torch, no call may be in flight on a group while another
+// thread destroys that group or the default world.
 RDMACOLL_API void init_process_group(const InitOptions& options = {});
 RDMACOLL_API bool is_initialized();
 RDMACOLL_API int get_rank(const Group& group = {});
