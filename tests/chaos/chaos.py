@@ -208,6 +208,12 @@ def one_run(worker, index, seed, rng, recover=False):
             raised = re.search(r"error at ([0-9.]+)", outs[r])
             if left and raised and procs[r].returncode == 3:
                 result["noticed_after"].append(float(raised.group(1)) - float(left.group(1)))
+    # A victim that leaves while others are still in init_process_group (rank 0 hosts the
+    # store) ends their init: they raise and exit, and the survivors' shrunk group, which
+    # leaves out only the victim, still holds them. Recovery does not apply to such a run.
+    init_lost = recovering and any(re.search(r"error at [0-9.]+: init_process_group", outs[r])
+                                   for r in survivors)
+    result["init_lost"] = int(init_lost)
     for r in hung:
         result["hang"] += 1
         result["notes"].append(f"rank {r} hung:\n{outs[r][-2000:]}")
@@ -224,7 +230,7 @@ def one_run(worker, index, seed, rng, recover=False):
             if fault == "none" or fault.startswith("hostile"):  # a squatter: errors expected
                 result["unexpected"] += 1
                 result["notes"].append(f"rank {r} raised without a fault:\n{outs[r][-2000:]}")
-            elif recovering and "error at" in outs[r] and outs[r].count("error at") > 1:
+            elif recovering and not init_lost and outs[r].count("error at") > 1:
                 result["unrecovered"] += 1  # it raised again on the shrunk group
                 result["notes"].append(f"rank {r} raised after shrinking:\n{outs[r][-2000:]}")
         elif code == 4:
@@ -247,7 +253,7 @@ def main():
     master_seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(master_seed)
     totals = {"runs": 0, "hang": 0, "crash": 0, "wrong": 0, "unexpected": 0,
-              "ok_ranks": 0, "error_ranks": 0, "recovered": 0, "unrecovered": 0}
+              "ok_ranks": 0, "error_ranks": 0, "recovered": 0, "unrecovered": 0, "init_lost": 0}
     faults = {}
     noticed = []
     t0 = time.monotonic()
@@ -256,7 +262,7 @@ def main():
         res = one_run(args.worker, i, seed, rng, args.recover)
         totals["runs"] += 1
         for k in ("hang", "crash", "wrong", "unexpected", "ok_ranks", "error_ranks", "recovered",
-                  "unrecovered"):
+                  "unrecovered", "init_lost"):
             totals[k] += res[k]
         faults[res["fault"]] = faults.get(res["fault"], 0) + 1
         noticed += res["noticed_after"]
@@ -270,7 +276,8 @@ def main():
           f"{totals['error_ranks']}; hangs {totals['hang']}, crashes {totals['crash']}, "
           f"wrong elements {totals['wrong']}, unexpected errors {totals['unexpected']}"
           + (f"; recoveries completed {totals['recovered']}, raised after shrinking "
-             f"{totals['unrecovered']}" if args.recover else ""), flush=True)
+             f"{totals['unrecovered']}, runs whose victim ended others' init (no recovery) "
+             f"{totals['init_lost']}" if args.recover else ""), flush=True)
     if noticed:
         noticed.sort()
         print(f"chaos: after a rank exited, {len(noticed)} survivors raised; seconds after the "
