@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.hpp"
-#include "support/memory_store.hpp"
 #include "rdmacoll/errors.hpp"
+#include "support/memory_store.hpp"
 
 namespace rdmacoll::bootstrap {
 namespace {

@@ -267,8 +267,8 @@ TEST(Selector, PicksByGroupSizeBytesAndHosts) {
   EXPECT_THROW(schedule::parse_algorithm("fast"), std::exception);
 }
 
-// Two packages with one NIC each (tests/unit/topology/data/two_packages_two_nics.xml): each rank uses
-// the NIC of the package its CPUs are bound to.
+// Two packages with one NIC each (tests/unit/topology/data/two_packages_two_nics.xml): each rank
+// uses the NIC of the package its CPUs are bound to.
 TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
   unsetenv("RDMACOLL_IB_DEVICE");
   const std::string xml = std::string(TEST_DATA_DIR) + "/two_packages_two_nics.xml";
@@ -292,10 +292,10 @@ TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
   unsetenv("RDMACOLL_IB_DEVICE");
 }
 
-// An 8-rail node (tests/unit/topology/data/two_sockets_eight_nics.xml: two sockets of 4 cores, mlx5_0-3
-// on socket 0, mlx5_4-7 on socket 1). Unbound ranks (torchrun binds none) tie over all eight and
-// spread by local rank; ranks bound to a core or a socket tie over its socket's four and spread
-// over those; RDMACOLL_IB_DEVICE still wins.
+// An 8-rail node (tests/unit/topology/data/two_sockets_eight_nics.xml: two sockets of 4 cores,
+// mlx5_0-3 on socket 0, mlx5_4-7 on socket 1). Unbound ranks (torchrun binds none) tie over all
+// eight and spread by local rank; ranks bound to a core or a socket tie over its socket's four and
+// spread over those; RDMACOLL_IB_DEVICE still wins.
 TEST(NicChoice, RanksSpreadOverTheRailsTheirBindingReaches) {
   unsetenv("RDMACOLL_IB_DEVICE");
   const std::string xml = std::string(TEST_DATA_DIR) + "/two_sockets_eight_nics.xml";

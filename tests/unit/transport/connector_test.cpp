@@ -9,8 +9,8 @@
 
 #include <thread>
 
-#include "support/memory_store.hpp"
 #include "rdmacoll/errors.hpp"
+#include "support/memory_store.hpp"
 
 namespace rdmacoll::transport::verbs_impl {
 namespace {
