@@ -161,6 +161,40 @@ def _check_against_the_survivors_run(params, lr, steps, fail_at, p, survivors, w
     return sum(_loss_of(ref, steps, w) for w in survivors).item() / len(survivors)
 
 
+def _train_through_a_kill(rank, p, lr, steps, fail_at, build, keep, restore,
+                          error=RuntimeError):
+    """SGD for `steps` steps on what `build()` makes over the default group: (the module the
+    forward runs through, the model). Rank 2 is SIGKILLed in the middle of step `fail_at`,
+    after its forward. The survivors catch the error (an `error`), shrink the default group
+    without rank 2, build again over it, `restore` the state `keep` took after the last good
+    step, and finish. Returns the model and the survivors (old world ranks)."""
+    net, model = build()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    kept = keep(model)
+    step, me, survivors = 0, rank, list(range(p))
+    while step < steps:
+        try:
+            opt.zero_grad()
+            loss = _loss_of(net, step, survivors[me])
+            if step == fail_at and rank == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+            opt.step()
+            kept = keep(model)
+            step += 1
+        except RuntimeError as e:
+            assert step == fail_at and survivors == list(range(p)), (step, str(e))
+            assert isinstance(e, error), type(e)
+            dist.shrink_group([2])
+            survivors = [r for r in range(p) if r != 2]
+            me = dist.get_rank()
+            assert survivors[me] == rank and dist.get_world_size() == p - 1
+            net, model = build()  # over the new default group
+            restore(model, kept)
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+    return model, survivors
+
+
 def case_ddp_shrink():
     """DDP recovery: 4 ranks train; rank 2 is SIGKILLed in the middle of step 5 (after its
     forward); the survivors' backward raises, they shrink the default group, restore the replica
@@ -169,32 +203,15 @@ def case_ddp_shrink():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, p = init(timeout_s=20)
-    model = _mlp()
     lr, steps, fail_at = 0.05, 12, 5
-    ddp = DDP(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    kept = copy.deepcopy(model.state_dict())
-    step, me, survivors = 0, rank, list(range(p))
-    while step < steps:
-        try:
-            opt.zero_grad()
-            loss = _loss_of(ddp, step, survivors[me])
-            if step == fail_at and rank == 2:
-                os.kill(os.getpid(), signal.SIGKILL)
-            loss.backward()
-            opt.step()
-            kept = copy.deepcopy(model.state_dict())
-            step += 1
-        except RuntimeError as e:
-            assert step == fail_at and survivors == list(range(p)), (step, str(e))
-            assert isinstance(e, DistBackendError), type(e)
-            dist.shrink_group([2])
-            survivors = [r for r in range(p) if r != 2]
-            me = dist.get_rank()
-            assert survivors[me] == rank and dist.get_world_size() == p - 1
-            model.load_state_dict(kept)
-            ddp = DDP(model)  # over the new default group
-            opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def replicated():
+        model = _mlp()
+        return DDP(model), model
+
+    model, survivors = _train_through_a_kill(
+        rank, p, lr, steps, fail_at, replicated, lambda m: copy.deepcopy(m.state_dict()),
+        lambda m, kept: m.load_state_dict(kept), error=DistBackendError)
     final = _check_against_the_survivors_run(model.named_parameters(), lr, steps, fail_at, p,
                                              survivors, "DDP after the shrink")
     dist.destroy_process_group()
@@ -218,39 +235,20 @@ def case_fsdp2_shrink():
     lr, steps, fail_at = 0.05, 8, 4
 
     def sharded():
+        # The world numbers its ranks 0..n-1 both ways, also once shrunk (rdmacoll_torch
+        # renumbers what torch maps; a DeviceMesh needs both to agree).
+        assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(dist.get_world_size()))
         m = _mlp()
         fully_shard(m, mesh=DeviceMesh.from_group(dist.group.WORLD, "cpu"))
-        return m
+        return m, m
 
     def whole(m):  # every parameter in full, gathered from the shards
         return {n: q.full_tensor().clone() for n, q in m.named_parameters()}
 
-    model = sharded()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    kept = whole(model)
-    step, me, survivors = 0, rank, list(range(p))
-    while step < steps:
-        try:
-            opt.zero_grad()
-            loss = _loss_of(model, step, survivors[me])
-            if step == fail_at and rank == 2:
-                os.kill(os.getpid(), signal.SIGKILL)
-            loss.backward()
-            opt.step()
-            kept = whole(model)
-            step += 1
-        except RuntimeError as e:
-            assert step == fail_at and survivors == list(range(p)), (step, str(e))
-            dist.shrink_group([2])
-            survivors = [r for r in range(p) if r != 2]
-            me = dist.get_rank()
-            assert survivors[me] == rank and dist.get_world_size() == p - 1
-            # The new world numbers its ranks 0..p-2 both ways (rdmacoll_torch renumbers what
-            # torch maps; a DeviceMesh needs both to agree).
-            assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(p - 1))
-            model = sharded()  # over the new default group
-            set_model_state_dict(model, kept, options=StateDictOptions(full_state_dict=True))
-            opt = torch.optim.SGD(model.parameters(), lr=lr)
+    def load(m, kept):
+        set_model_state_dict(m, kept, options=StateDictOptions(full_state_dict=True))
+
+    model, survivors = _train_through_a_kill(rank, p, lr, steps, fail_at, sharded, whole, load)
     final = _check_against_the_survivors_run(whole(model).items(), lr, steps, fail_at, p,
                                              survivors, "FSDP2 after the shrink")
     dist.destroy_process_group()
