@@ -73,56 +73,49 @@ if not hasattr(_dist.Backend, "RDMACOLL"):  # torch keeps registered names upper
 
 
 
-def _name_shrunk_groups_custom():
+def _after_c10d(name, mend):
+    """Runs `mend(pg, *args)` on the group that torch.distributed.distributed_c10d's `name`
+    returns, where this torch has it (once per process)."""
+    c10d = _dist.distributed_c10d
+    original = getattr(c10d, name, None)
+    if original is None or getattr(original, "_rdmacoll", False):
+        return
+
+    def wrapped(*args, **kwargs):
+        pg = original(*args, **kwargs)
+        mend(pg, *args)
+        return pg
+
+    wrapped._rdmacoll = True
+    setattr(c10d, name, wrapped)
+
+
+def _register_as_custom(pg, new_backend, *_):
     """torch.distributed.shrink_group registers the shrunk backend under the device's built-in
     type (ProcessGroup.BackendType.GLOO for CPU), whatever the backend is; DDP's logger then takes
     rdmacoll's backend for a ProcessGroupGloo and crashes in set_env_variables (torch 2.15). A
     shrunk rdmacoll group is registered as a third-party backend is everywhere else (CUSTOM)."""
-    c10d = _dist.distributed_c10d
-    create = getattr(c10d, "_create_shrunk_process_group", None)
-    if create is None or getattr(create, "_rdmacoll", False):
-        return
+    if isinstance(new_backend, _C.RdmacollBackend):
+        import torch
 
-    def create_shrunk(new_backend, *args, **kwargs):
-        pg = create(new_backend, *args, **kwargs)
-        if isinstance(new_backend, _C.RdmacollBackend):
-            import torch
-
-            custom = _dist.ProcessGroup.BackendType.CUSTOM
-            pg._register_backend(torch.device("cpu"), custom, new_backend)
-            pg._set_default_backend(custom)
-        return pg
-
-    create_shrunk._rdmacoll = True
-    c10d._create_shrunk_process_group = create_shrunk
+        custom = _dist.ProcessGroup.BackendType.CUSTOM
+        pg._register_backend(torch.device("cpu"), custom, new_backend)
+        pg._set_default_backend(custom)
 
 
-_name_shrunk_groups_custom()
-
-
-def _renumber_a_shrunk_default_group():
+def _renumber_the_default(pg, group_info, _excluded, new_backend, *_):
     """After shrink_group on the default group, torch 2.15's dist.get_rank() is the rank in the
     shrunk group (survivors renumbered 0..n-1), but it maps the group's ranks from the old
     numbering ({0: 0, 1: 1, 3: 2} after rank 2 left): get_process_group_ranks(WORLD) gives
     [0, 1, 3], and a DeviceMesh over the new world finds no coordinate for the survivor now
     numbered 2 (FSDP2 then gives it empty shards). The shrunk default group is mapped as
     init_process_group maps a default group, one to one, so both numberings agree."""
-    c10d = _dist.distributed_c10d
-    finalize = getattr(c10d, "_finalize_shrunk_group", None)
-    if finalize is None or getattr(finalize, "_rdmacoll", False):
-        return
-
-    def finalize_shrunk(group_info, excluded_ranks_set, new_backend, *args, **kwargs):
-        pg = finalize(group_info, excluded_ranks_set, new_backend, *args, **kwargs)
-        if isinstance(new_backend, _C.RdmacollBackend) and group_info.get("is_default_group"):
-            c10d._world.pg_group_ranks[pg] = {r: r for r in range(pg.size())}
-        return pg
-
-    finalize_shrunk._rdmacoll = True
-    c10d._finalize_shrunk_group = finalize_shrunk
+    if isinstance(new_backend, _C.RdmacollBackend) and group_info.get("is_default_group"):
+        _dist.distributed_c10d._world.pg_group_ranks[pg] = {r: r for r in range(pg.size())}
 
 
-_renumber_a_shrunk_default_group()
+_after_c10d("_create_shrunk_process_group", _register_as_custom)
+_after_c10d("_finalize_shrunk_group", _renumber_the_default)
 
 # A script that ends without destroy_process_group (an exception, Ctrl-C, sys.exit) leaves at
 # once: its peers raise now instead of waiting for it until their timeout.
