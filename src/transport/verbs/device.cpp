@@ -320,7 +320,15 @@ void Device::read_fabric_settings() {
   f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
   f.service_level = env_int("RDMACOLL_IB_SL", 0);
   f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
-  f.retry_count = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
+  ibv_device_attr dattr{};
+  const uint32_t vendor = ibv_query_device(ctx, &dattr) == 0 ? dattr.vendor_id : 0;
+  const int wanted_retries = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
+  f.retry_count = fabric::qp_retry_count(wanted_retries, vendor);
+  if (f.retry_count != wanted_retries) {
+    log::info("verbs: " + port_name() + " is SoftRoCE (rxe), which retries forever at retry " +
+              "count 7: using " + std::to_string(f.retry_count) +
+              ", so a peer that died on another host fails within the retry budget");
+  }
   f.grh_required = (port.flags & IBV_QPF_GRH_REQUIRED) != 0;
   if (const uint16_t want = env_pkey()) {
     std::vector<uint16_t> table;

@@ -194,4 +194,9 @@ int path_mtu(int mine, int theirs) {
   return std::clamp(std::min(mine, theirs), 1, 5);
 }
 
+int qp_retry_count(int wanted, uint32_t vendor_id) {
+  const int count = std::clamp(wanted, 0, 7);
+  return vendor_id == kRxeVendorId ? std::min(count, 6) : count;
+}
+
 }  // namespace rdmacoll::transport::fabric

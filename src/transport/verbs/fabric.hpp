@@ -80,4 +80,10 @@ std::string incompatibility(const PortIdentity& mine, const PortIdentity& peer,
 int advertised_mtu(int active_mtu, uint64_t cap_bytes);
 int path_mtu(int mine, int theirs);
 
+// The QPs' retry_cnt for a wanted count of 0..7. The IB spec makes 7 seven retries; SoftRoCE
+// (rxe, vendor_id 0xFFFFFF) takes 7 as "retry forever", so a write to a peer whose process
+// died on another host never fails and waits out the job's timeout: there 7 becomes 6.
+constexpr uint32_t kRxeVendorId = 0xFFFFFF;
+int qp_retry_count(int wanted, uint32_t vendor_id);
+
 }  // namespace rdmacoll::transport::fabric

@@ -159,6 +159,19 @@ TEST(FabricFromTables, APairAgreesOnTheSmallerMtuAndACapLowersIt) {
   EXPECT_EQ(path_mtu(IBV_MTU_4096, 9), IBV_MTU_4096);
 }
 
+// The IB spec's retry count 7 is seven retries, and a hardware NIC gets it as asked. SoftRoCE
+// reads 7 as "retry forever" (rxe_comp.c): a peer that died on another host would then never
+// fail its writes, so rxe gets at most 6; whatever is asked stays inside 0..7.
+TEST(FabricFromTables, SoftRoCENeverGetsTheRetryCountItTakesAsForever) {
+  constexpr uint32_t kMellanox = 0x02c9;
+  for (int wanted = 0; wanted <= 7; ++wanted) {
+    EXPECT_EQ(qp_retry_count(wanted, kMellanox), wanted);
+    EXPECT_EQ(qp_retry_count(wanted, kRxeVendorId), std::min(wanted, 6));
+  }
+  EXPECT_EQ(qp_retry_count(9, kMellanox), 7);
+  EXPECT_EQ(qp_retry_count(-1, kRxeVendorId), 0);
+}
+
 // A port that goes down is waited for up to the retry budget, and a flap inside it is no
 // failure; repeated PORT_ERR events do not move the outage's start; after giving up, a new
 // outage starts afresh.
