@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "api/world.hpp"
+#include "bootstrap/member_group.hpp"
 #include "common/ranks.hpp"
 #include "engine/core/group_factory.hpp"
 #include "engine/leaving.hpp"
@@ -163,53 +164,13 @@ Group new_member_group(const std::shared_ptr<Store>& store, int group_rank, int 
                           "met through the launcher's PMIx server, which needs none; use "
                           "new_group(ranks), called by every rank");
   }
-  // Each member says which world rank it is; the first member draws the group's id from the
-  // world's store, so ids are unique in the job whatever groups other ranks make.
-  const std::string claim = "rdmacoll/member/" + std::to_string(group_rank);
-  if (store->add("rdmacoll/claims/" + std::to_string(group_rank), 1) > 1) {
-    const std::string other = store->check(claim) ? store->get_string(claim, wait) : "?";
-    throw InvalidArgument(where + ": group rank " + std::to_string(group_rank) +
-                          " is already claimed by world rank " + other +
-                          "; every member must pass its own group rank");
-  }
-  store->set(claim, std::to_string(ctx.rank));
-  if (group_rank == 0) {
-    const int64_t n = ctx.rendezvous->store()->add("rdmacoll/member_groups", 1);
-    store->set("rdmacoll/group_id", std::to_string(kFirstMemberGroupId + (n - 1) % kGroupIds));
-  }
-  std::vector<int> members(group_size);
-  for (int r = 0; r < group_size; ++r) {
-    const std::string v = store->get_string("rdmacoll/member/" + std::to_string(r), wait);
-    char* end = nullptr;
-    const long m = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || m < 0 || m >= ctx.world_size) {
-      throw InvalidArgument(where + ": group rank " + std::to_string(r) +
-                            " published world rank '" + v + "', not one of [0, " +
-                            std::to_string(ctx.world_size) + ")");
-    }
-    members[r] = static_cast<int>(m);
-  }
-  if (members[group_rank] != ctx.rank) {
-    throw InvalidArgument(where + ": group rank " + std::to_string(group_rank) +
-                          " is claimed by world rank " + std::to_string(members[group_rank]) +
-                          " too; every member must pass its own group rank");
-  }
-  std::vector<int> sorted = members;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    throw InvalidArgument(where + ": world ranks " + join_ranks(members) +
-                          " contain a duplicate; does every member use its own world rank?");
-  }
-  const std::string id_text = store->get_string("rdmacoll/group_id", wait);
-  const long id = std::strtol(id_text.c_str(), nullptr, 10);
-  if (id < kFirstMemberGroupId || id >= kFirstMemberGroupId + kGroupIds) {
-    throw InvalidArgument(where + ": the group id '" + id_text + "' in the store is not one of " +
-                          "rdmacoll's");
-  }
-  check_id_free(ctx, static_cast<uint32_t>(id), where.c_str());
-  engine::GroupSpec spec = member_spec(ctx, members, wait);
-  spec.id = static_cast<uint32_t>(id);
-  spec.creation = static_cast<uint64_t>(id);
+  const bootstrap::MemberGroup met = bootstrap::meet_member_group(
+      *store, *ctx.rendezvous->store(), group_rank, group_size, ctx.rank, ctx.world_size,
+      {kFirstMemberGroupId, kGroupIds}, wait, where);
+  check_id_free(ctx, met.id, where.c_str());
+  engine::GroupSpec spec = member_spec(ctx, met.members, wait);
+  spec.id = met.id;
+  spec.creation = met.id;
   auto g = engine::make_group(std::move(spec));
   std::erase_if(ctx.groups, [](const auto& w) { return w.expired(); });
   ctx.groups.push_back(g);
