@@ -39,6 +39,7 @@ engine::GroupSpec member_spec(const World& ctx, const std::vector<int>& members,
   spec.transport = ctx.transport;
   spec.generation = ctx.generation;
   spec.timeout = timeout ? *timeout : ctx.timeout;
+  spec.tuning = ctx.tuning;
   return spec;
 }
 

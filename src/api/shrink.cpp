@@ -88,6 +88,7 @@ Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, S
     spec.placements.push_back(ctx.placements[static_cast<size_t>(m)]);
   spec.transport = ctx.transport;
   spec.generation = ctx.generation;
+  spec.tuning = g.tuning;
   spec.timeout = timeout ? *timeout : g.timeout.get();
   spec.own_engine = g.own_engine;
   spec.parent = standalone.group;

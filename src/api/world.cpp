@@ -219,6 +219,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
   settings::validate_all();
   transport::check_settings();
+  w->tuning = engine::Tuning::from_settings();
   w->rendezvous = std::make_unique<bootstrap::Rendezvous>(ro);
   bootstrap::Rendezvous& rv = *w->rendezvous;
   // The settings every rank must share: the world size and the registry's job-wide ones.
@@ -265,6 +266,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   spec.transport = w->transport;
   spec.generation = w->generation;
   spec.timeout = w->timeout;
+  spec.tuning = w->tuning;
   w->world = engine::make_group(std::move(spec));
   const GroupState& g = *w->world;
   if (w->rank == 0) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.hpp"
+#include "engine/core/tuning.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "rdmacoll/process_group.hpp"
@@ -23,6 +24,7 @@ struct World {
   int rank = -1;
   int world_size = 0;
   std::chrono::milliseconds timeout{0};
+  engine::Tuning tuning;  // read at init; every group of this world carries it
   std::unique_ptr<bootstrap::Rendezvous> rendezvous;
   std::shared_ptr<transport::Transport> transport;  // groups hold it weakly, to free their slots
   std::unique_ptr<engine::Engine> engine;

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/settings.hpp"
 #include "engine/descriptor_fields.hpp"
 #include "rdmacoll/errors.hpp"
 
@@ -57,10 +56,8 @@ const char* collective_name(CollectiveOp op) {
   return "a collective";
 }
 
-size_t eager_limit(int p, int hosts, size_t max_message) {
-  // Bytes, at most 4 MiB (init_process_group reads it first, so a bad value raises there).
-  static const size_t forced = settings::count("RDMACOLL_EAGER_LIMIT", SIZE_MAX);
-  if (forced != SIZE_MAX) return std::min(forced, max_message / 2);
+size_t eager_limit(int p, int hosts, size_t max_message, std::optional<size_t> forced) {
+  if (forced) return std::min(*forced, max_message / 2);
   const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));
   const size_t limit = hosts > 1 ? 2048 : std::clamp<size_t>(per_peer, 2048, 64 << 10);
   return std::min(limit, max_message / 2);

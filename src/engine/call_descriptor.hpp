@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -110,8 +111,10 @@ inline constexpr size_t kMaxDescriptorBytes = 4096;
 //    16 ranks, 1 MiB / p beyond, never under 2 KiB) and is at most half a control message;
 //  - across hosts the direct round sends k times the off-host bytes of the topology-aware
 //    schedule (k ranks per host), so groups spanning hosts keep 2 KiB.
-// RDMACOLL_EAGER_LIMIT overrides it (bytes, for measurements; every rank must set the same).
-size_t eager_limit(int p, int hosts = 1, size_t max_message = SIZE_MAX);
+// `forced` (RDMACOLL_EAGER_LIMIT, the group's tuning: bytes, for measurements; every rank sets
+// the same) overrides it.
+size_t eager_limit(int p, int hosts = 1, size_t max_message = SIZE_MAX,
+                   std::optional<size_t> forced = std::nullopt);
 
 // What travels with an inline chunk: the header and the keys (a group's first call carries
 // its eager-slot key; slots are not offered with a key beyond kMaxSlotKeyBytes). It was 128

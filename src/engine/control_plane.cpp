@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 
-#include "common/settings.hpp"
 #include "engine/agreement.hpp"
 #include "engine/descriptor_messages.hpp"
 #include "engine/descriptor_round.hpp"
@@ -17,17 +16,6 @@
 #include "schedule/service.hpp"
 
 namespace rdmacoll::engine {
-
-DescriptorExchange descriptor_exchange() {
-  static const DescriptorExchange mode = [] {
-    const std::string s = settings::choice("RDMACOLL_DESCRIPTORS");
-    return s == "direct"   ? DescriptorExchange::Direct
-           : s == "bruck"  ? DescriptorExchange::Bruck
-           : s == "rooted" ? DescriptorExchange::Rooted
-                           : DescriptorExchange::Auto;
-  }();
-  return mode;
-}
 
 namespace {
 

@@ -13,15 +13,6 @@
 
 namespace rdmacoll::engine {
 
-// RDMACOLL_DESCRIPTORS: how a call's descriptors travel when no eager slots carry them. Auto:
-// a log-p all-gather across hosts (recursive doubling for powers of two, else Bruck's), the
-// direct round of p - 1 messages on one host, and the rooted rounds for gather, scatter and
-// reduce where they pay (schedule::rooted_rounds_pay). Bruck: Bruck's rounds for any p.
-// Rooted: as Auto, but gather, scatter and reduce take the rooted rounds wherever descriptors
-// travel in log-p rounds.
-enum class DescriptorExchange { Auto, Direct, Bruck, Rooted };
-DescriptorExchange descriptor_exchange();  // read once; InvalidArgument on a bad value
-
 // Which descriptors a call needs: a ring all-gather writes only to its ring successor.
 enum class DescriptorsNeeded { All, Successor };
 

@@ -83,7 +83,7 @@ const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRound
 // Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
 Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t capacity) {
   const int p = g.size();
-  const DescriptorExchange mode = descriptor_exchange();
+  const DescriptorExchange mode = g.tuning.descriptors;
   if (p <= 2 || mode == DescriptorExchange::Direct) return Rounds::Direct;
   // Bruck's rounds are the largest of the two (recursive doubling's are at most as large).
   const auto largest = static_cast<size_t>(
@@ -288,7 +288,8 @@ CallDescriptor stamped(const GroupState& g, const CallDescriptor& in) {
 size_t ready_receive_buffers(const transport::Transport& t, GroupState& g) {
   const int p = g.size();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
-  const size_t capacity = descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes()));
+  const size_t capacity =
+      descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit));
   if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;

@@ -72,15 +72,16 @@ class Engine {
   std::shared_ptr<PointToPoint> p2p_;
 };
 
-// RDMACOLL_ALGO (auto|rd|bruck|ring|direct|two_level) resolved for a group of p ranks.
-schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts);
+// The algorithm `forced` names (RDMACOLL_ALGO), checked for a group of p ranks, else the
+// selector's pick.
+schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts,
+                                     const std::optional<schedule::Algorithm>& forced);
 // The all-gather algorithm for a group with this layout (host_of[group rank] = host index):
-// RDMACOLL_ALGO when set; else the selector's pick, or the two-level schedule where the
-// simulator says it sends fewer bytes off the hosts. `order` and `ring_order` as in GroupState.
+// `forced` when set; else the selector's pick, or the two-level schedule where the simulator
+// says it sends fewer bytes off the hosts. `order` and `ring_order` as in GroupState.
 schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<int>& host_of,
                                      const std::vector<int>& order,
-                                     const std::vector<int>& ring_order);
-// The algorithm RDMACOLL_ALGO names, or nullopt for auto.
-const std::optional<schedule::Algorithm>& forced_algorithm();
+                                     const std::vector<int>& ring_order,
+                                     const std::optional<schedule::Algorithm>& forced);
 
 }  // namespace rdmacoll::engine

@@ -13,6 +13,7 @@
 
 #include "engine/call_descriptor.hpp"
 #include "engine/core/scratch_arena.hpp"
+#include "engine/core/tuning.hpp"
 #include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
 #include "engine/symmetric.hpp"
@@ -70,6 +71,7 @@ class GroupState {
   std::vector<int> host_of;     // group rank -> host index (0..hosts-1)
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   GroupTimeout timeout;
+  engine::Tuning tuning;              // its world's, read when the world was made
   uint64_t next_seq = 0;              // calls so far; the same on every member
   uint64_t windows_made = 0;          // windows rdmacoll::empty() made; the same on every member
   uint64_t generation = 0;            // the init_process_group() that made it

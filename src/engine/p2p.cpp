@@ -103,9 +103,10 @@ PointToPoint::~PointToPoint() {
     work->finish(error);
 }
 
-size_t PointToPoint::inline_limit() const {
+size_t PointToPoint::inline_limit(const Op& op) const {
   // A message the transport moves with one copy goes as a write after a clear-to-send.
-  return std::min(eager_limit(2, 1, t_.max_message_bytes()), t_.single_copy_bytes() - 1);
+  return std::min(eager_limit(2, 1, t_.max_message_bytes(), op.g->tuning.eager_limit),
+                  t_.single_copy_bytes() - 1);
 }
 
 size_t PointToPoint::outstanding() {

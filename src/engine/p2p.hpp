@@ -97,7 +97,7 @@ class PointToPoint {
   [[noreturn]] void raise_failed(const Op& op, int peer, const transport::Request& request);
   void fail(Op& op, std::exception_ptr error, std::vector<Finished>& done);
   void succeed(Op& op, std::vector<Finished>& done);
-  size_t inline_limit() const;
+  size_t inline_limit(const Op& op) const;
 
   transport::Transport& t_;
   SpinPolicy spin_;  // a waiter's, as a call's waits

@@ -26,7 +26,7 @@ bool PointToPoint::step_send(Op& op) {
     op.started = true;
     const Channel ch{op.group, op.peer, op.tag};
     op.seq = sent_[ch]++;
-    const bool inline_send = op.bytes <= inline_limit();
+    const bool inline_send = op.bytes <= inline_limit(op);
     op.buffer.resize(p2p::kDataHeaderBytes + (inline_send ? op.bytes : 0));
     p2p::encode(p2p::DataHeader{inline_send ? p2p::DataKind::Inline : p2p::DataKind::RequestToSend,
                                 op.bytes, op.seq},
@@ -89,11 +89,11 @@ void PointToPoint::post_data_receive(Op& op, int peer) {
   const uint64_t tag =
       p2p::tag(op.group, op.tag, p2p::Direction::Data, static_cast<uint32_t>(peer));
   if (op.peer >= 0) {
-    op.buffer.resize(p2p::kDataHeaderBytes + inline_limit());
+    op.buffer.resize(p2p::kDataHeaderBytes + inline_limit(op));
     op.data_msg = t_.recv(op.global(peer), tag, op.buffer.data(), op.buffer.size());
     return;
   }
-  op.any_buffers[peer].resize(p2p::kDataHeaderBytes + inline_limit());
+  op.any_buffers[peer].resize(p2p::kDataHeaderBytes + inline_limit(op));
   op.any[peer] =
       t_.recv(op.global(peer), tag, op.any_buffers[peer].data(), op.any_buffers[peer].size());
 }
@@ -154,7 +154,7 @@ void PointToPoint::start_recv(Op& op) {
   }
   op.seq = received_[{op.group, op.peer, op.tag}]++;
   op.work->set_source(op.global(op.peer));
-  if (op.bytes > inline_limit()) send_clear_to_send(op, op.peer, "");
+  if (op.bytes > inline_limit(op)) send_clear_to_send(op, op.peer, "");
   auto it = stash_.find({op.group, op.peer, op.tag});
   if (it != stash_.end() && !it->second.empty()) {
     std::vector<uint8_t> message = std::move(it->second.front());

@@ -67,7 +67,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(mine.error));
   };
   size_t capacity = 0;
-  const DescriptorExchange mode = descriptor_exchange();
+  const DescriptorExchange mode = g.tuning.descriptors;
   bool rooted =
       !g.slots.active() && (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
   if (rooted) {

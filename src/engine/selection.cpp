@@ -1,5 +1,6 @@
-// Which algorithm a call runs: RDMACOLL_ALGO, else the selector (schedule/selector.cpp) and the
-// simulator's second opinion across hosts, cached per group; and the schedules, made once.
+// Which algorithm a call runs: RDMACOLL_ALGO (the group's tuning), else the selector
+// (schedule/selector.cpp) and the simulator's second opinion across hosts, cached per group; and
+// the schedules, made once.
 
 #include "engine/engine.hpp"
 
@@ -10,26 +11,14 @@
 #include <sstream>
 
 #include "common/log.hpp"
-#include "common/settings.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "rdmacoll/errors.hpp"
 #include "schedule/simulate.hpp"
 
 namespace rdmacoll::engine {
 
-// RDMACOLL_ALGO is read once per process; every call of every group consults it.
-const std::optional<schedule::Algorithm>& forced_algorithm() {
-  static const std::optional<schedule::Algorithm> forced =
-      []() -> std::optional<schedule::Algorithm> {
-    const std::string s = settings::choice("RDMACOLL_ALGO");
-    if (s == "auto") return std::nullopt;
-    return schedule::parse_algorithm(s);
-  }();
-  return forced;
-}
-
-schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
-  const std::optional<schedule::Algorithm>& forced = forced_algorithm();
+schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts,
+                                     const std::optional<schedule::Algorithm>& forced) {
   if (!forced) return schedule::choose_algorithm(p, bytes_per_rank, hosts);
   if (*forced == schedule::Algorithm::RecursiveDoubling && !schedule::is_power_of_two(p)) {
     throw InvalidArgument("RDMACOLL_ALGO=rd needs a power-of-two group, got " + std::to_string(p) +
@@ -40,19 +29,21 @@ schedule::Algorithm choose_algorithm(int p, size_t bytes_per_rank, int hosts) {
 
 schedule::Algorithm choose_algorithm(size_t bytes_per_rank, const std::vector<int>& host_of,
                                      const std::vector<int>& order,
-                                     const std::vector<int>& ring_order) {
+                                     const std::vector<int>& ring_order,
+                                     const std::optional<schedule::Algorithm>& forced) {
   const int p = static_cast<int>(host_of.size());
   const int hosts = p ? *std::max_element(host_of.begin(), host_of.end()) + 1 : 1;
-  const schedule::Algorithm a = choose_algorithm(p, bytes_per_rank, hosts);
-  if (forced_algorithm() || hosts == 1) return a;
+  const schedule::Algorithm a = choose_algorithm(p, bytes_per_rank, hosts, forced);
+  if (forced || hosts == 1) return a;
   const bool fewer = schedule::two_level_sends_less(
       a, host_of, a == schedule::Algorithm::Ring ? ring_order : order);
   return fewer ? schedule::Algorithm::TwoLevel : a;
 }
 
 schedule::Algorithm algorithm_for(GroupState& g, size_t bytes_per_rank) {
-  const schedule::Algorithm a = choose_algorithm(g.size(), bytes_per_rank, g.hosts);
-  if (forced_algorithm() || g.hosts == 1) return a;
+  const schedule::Algorithm a =
+      choose_algorithm(g.size(), bytes_per_rank, g.hosts, g.tuning.algorithm);
+  if (g.tuning.algorithm || g.hosts == 1) return a;
   // The simulation runs once per group and flat pick, not per call.
   auto it = g.two_level_wins.find(a);
   if (it == g.two_level_wins.end()) {

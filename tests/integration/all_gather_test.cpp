@@ -307,6 +307,35 @@ TEST(EagerSlots, LateRankRingsTheDoorbellOfASleepingPeer) {
       opt));
 }
 
+// Settings are read into each world when it is made: one set before a re-init takes effect in
+// the new world (it was frozen by the first call's process-wide read). An eager limit of 0 makes
+// a 4000-byte chunk a write; back at the default it travels inline, nothing written.
+TEST(AllGather, AnEagerLimitChangedBeforeAReinitTakesEffectInTheNewWorld) {
+  RunOptions opt;
+  opt.init = false;
+  expect_all_ok(run_ranks(
+      2,
+      [](int rank, int) {
+        const int peer = 1 - rank;
+        for (const bool forced : {true, false, true}) {
+          if (forced) {
+            ::setenv("RDMACOLL_EAGER_LIMIT", "0", 1);
+          } else {
+            ::unsetenv("RDMACOLL_EAGER_LIMIT");
+          }
+          init_process_group();
+          const uint64_t before = detail::bytes_written_to(peer);
+          gather_and_check({}, 1000, DType::Float32, DType::Float32, false);
+          const uint64_t written = detail::bytes_written_to(peer) - before;
+          RANK_CHECK(forced ? written >= 4000 : written == 0,
+                     (forced ? "RDMACOLL_EAGER_LIMIT=0" : "the default limit")
+                         << ": " << written << " bytes written");
+          destroy_process_group();
+        }
+      },
+      opt));
+}
+
 // ---- errors ------------------------------------------------------------------------------------
 
 // Ranks that disagree on the eager limit would otherwise wait for writes that never come.

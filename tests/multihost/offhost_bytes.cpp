@@ -12,6 +12,7 @@
 #include <rdmacoll/rdmacoll.hpp>
 
 #include "api/debug.hpp"
+#include "engine/core/tuning.hpp"
 #include "engine/engine.hpp"
 #include "schedule/simulate.hpp"
 #include "topology/topology.hpp"
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
       sched_hosts.assign(world, 0);
     }
     const schedule::Algorithm a =
-        engine::choose_algorithm(static_cast<size_t>(n) * 4, sched_hosts, interleaved, host_major);
+        engine::choose_algorithm(static_cast<size_t>(n) * 4, sched_hosts, interleaved, host_major,
+                                 engine::Tuning::from_settings().algorithm);
     const std::vector<int>& order = a == schedule::Algorithm::Ring ? host_major : interleaved;
     // The reduce-scatter rides the host-major ring across hosts (3 ranks or more), else the
     // direct round.

@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "common/settings.hpp"
 #include "engine/collectives/all_to_all_parts.hpp"
 #include "engine/control_plane.hpp"
 #include "schedule/bruck_all_to_all.hpp"
@@ -11,23 +10,10 @@
 
 namespace rdmacoll::engine::all_to_all_parts {
 
-namespace {
-
-// RDMACOLL_ALLTOALL, read once: the all-to-all of equal pieces by `auto` (the selector),
-// `direct` or `bruck`.
-schedule::Algorithm forced_all_to_all(bool& forced) {
-  static const std::string choice = settings::choice("RDMACOLL_ALLTOALL");
-  forced = choice != "auto";
-  return choice == "bruck" ? schedule::Algorithm::Bruck : schedule::Algorithm::Direct;
-}
-
-}  // namespace
-
-bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message) {
+bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message,
+                  const std::optional<schedule::Algorithm>& forced) {
   if (piece == 0 || piece * static_cast<size_t>(p / 2) > max_message) return false;
-  bool forced = false;
-  const schedule::Algorithm a = forced_all_to_all(forced);
-  if (forced) return a == schedule::Algorithm::Bruck;
+  if (forced) return *forced == schedule::Algorithm::Bruck;
   return !fits_inline && schedule::choose_all_to_all(p, piece, hosts) == schedule::Algorithm::Bruck;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,8 +99,10 @@ PairSizes pair_from(GroupState& g, int r);
 
 // Whether this rank offers Bruck's rounds for equal pieces of `piece` bytes: they carry up to
 // p/2 pieces per control message. An input that fits inline goes with the descriptors instead:
-// their log p rounds alone, where Bruck's add log p more. RDMACOLL_ALLTOALL overrides.
-bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message);
+// their log p rounds alone, where Bruck's add log p more. `forced` (RDMACOLL_ALLTOALL, the
+// group's tuning) overrides.
+bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message,
+                  const std::optional<schedule::Algorithm>& forced);
 // Bruck's rounds (schedule/bruck_all_to_all.hpp) for pieces of `piece` bytes, into `out`.
 void bruck_rounds(transport::Transport& t, GroupState& g, Call& call, uint8_t* out,
                   const uint8_t* in, size_t piece);

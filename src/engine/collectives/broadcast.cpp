@@ -147,8 +147,9 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   // A tensor the transport moves with one copy goes as writes, not inline; its crossover is
   // twice the all-gather's (2 ranks: 16 KiB 2.2 us against 1.7 inline, 32 KiB 2.8 against 3.1,
   // 64 KiB 3.7 against 5.9).
-  if (p > 1 && (bytes > eager_limit(p, g.hosts, transport_.max_message_bytes()) ||
-                bytes / 2 >= transport_.single_copy_bytes())) {
+  if (p > 1 &&
+      (bytes > eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit) ||
+       bytes / 2 >= transport_.single_copy_bytes())) {
     // In symmetric memory: the tree's and the scatter's descriptor plus the window (a member
     // whose tensor is elsewhere makes every member raise); each member reads the root's part.
     if (run_on_window(

@@ -53,7 +53,8 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
           return;
         }
         const bool inline_path =
-            chunk > 0 && chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
+            chunk > 0 &&
+            chunk <= eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit);
         RoundArgs args;
         args.op = a.collective;
         args.in_dtype = args.out_dtype = a.dtype;

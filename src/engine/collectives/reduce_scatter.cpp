@@ -191,7 +191,7 @@ bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint
 // Across hosts the reduce-scatter follows the host-major ring (p - 1 pieces off each host
 // instead of k (p - k) for the direct round); RDMACOLL_ALGO=ring forces it on one host too.
 void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a) {
-  const auto& forced = forced_algorithm();
+  const auto& forced = g.tuning.algorithm;
   if (g.is_member() && g.size() > 2 &&
       (forced ? *forced == schedule::Algorithm::Ring : g.hosts > 1)) {
     return reduce_scatter_ring(e, g, a);
@@ -210,8 +210,8 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t total = static_cast<uint64_t>(n);
-  if (p > 1 &&
-      static_cast<size_t>(n) * p * es > eager_limit(p, g.hosts, transport_.max_message_bytes())) {
+  if (p > 1 && static_cast<size_t>(n) * p * es >
+                   eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit)) {
     if (symmetric_reduce_scatter(*this, g, dst, src, dtype, n, op, local_error)) return;
     const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es));
     for (int64_t done = 0; done < n;) {

@@ -53,7 +53,8 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         }
         transport::Transport& t = transport_;
         const bool inline_path =
-            chunk > 0 && p * chunk <= eager_limit(p, g.hosts, t.max_message_bytes());
+            chunk > 0 &&
+            p * chunk <= eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit);
         RoundArgs args;
         args.op = CollectiveOp::Scatter;
         args.in_dtype = args.out_dtype = dtype;

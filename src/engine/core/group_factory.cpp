@@ -7,8 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "common/settings.hpp"
-
 namespace rdmacoll::engine {
 
 void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members) {
@@ -18,7 +16,7 @@ void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& 
   const topology::Layout layout = topology::layout_of(hosts);
   g.hosts = layout.hosts;
   g.host_of = layout.host_of;
-  if (settings::choice("RDMACOLL_TOPOLOGY") == "flat") {
+  if (g.tuning.flat_topology) {
     g.order.resize(members.size());
     std::iota(g.order.begin(), g.order.end(), 0);
     g.ring_order = g.order;
@@ -42,6 +40,7 @@ std::shared_ptr<GroupState> make_group(GroupSpec spec) {
   const auto me = std::find(g->members.begin(), g->members.end(), spec.global_rank);
   g->rank = me == g->members.end() ? -1 : static_cast<int>(me - g->members.begin());
   g->set_identity(spec.creation);
+  g->tuning = spec.tuning;
   apply_topology(*g, spec.placements);
   g->transport = std::move(spec.transport);
   g->generation = spec.generation;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/core/tuning.hpp"
 #include "engine/group_state.hpp"
 #include "topology/topology.hpp"
 
@@ -22,13 +23,14 @@ struct GroupSpec {
   std::weak_ptr<transport::Transport> transport;
   uint64_t generation = 0;  // the init_process_group() that made its world
   std::chrono::milliseconds timeout{0};
+  Tuning tuning;                             // its world's (a default one: every choice automatic)
   Engine* own_engine = nullptr;              // a standalone world's (GroupState::own_engine)
   std::shared_ptr<const GroupState> parent;  // a shrunk group's (GroupState::parent)
 };
 
 std::shared_ptr<GroupState> make_group(GroupSpec spec);
 
-// The group's virtual orders for members whose placements are these (RDMACOLL_TOPOLOGY).
+// The group's virtual orders for members whose placements are these (g.tuning.flat_topology).
 void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& members);
 
 }  // namespace rdmacoll::engine
