@@ -77,9 +77,9 @@ const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRound
 // On one host the direct round stays while the group's eager slots may carry the descriptors:
 // its messages are parallel copies through shared memory with no chain of dependent rounds,
 // and after the group's first calls the slots replace them. Where the slots are off (UCX
-// without shared memory, verbs) the messages are real ones and the rounds' fewer win: 4 ranks
-// over TCP on one host, 32 B, 54-55 us per call direct, 34-45 us Bruck (Open MPI 33-52); on
-// one host the rounds are taken only where each is one message, as it was measured.
+// without shared memory, verbs) the messages are real ones and the rounds' fewer win (4 ranks
+// over TCP on one host, docs/performance.md, the code's thresholds); on one host the rounds
+// are taken only where each is one message, as it was measured.
 // Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
 Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t capacity) {
   const int p = g.size();

@@ -38,8 +38,8 @@ Schedule rooted_schedule(const std::vector<int>& order, int root, int rank);
 
 // Whether gather, scatter and reduce take the rooted rounds rather than the all-gather of
 // descriptors, for p ranks on `hosts` hosts, at most `per_host` on one, descriptors of at most
-// `descriptor_bytes`. The tree costs ceil(log2 p) + 1 more dependent messages (measured on one
-// host, 4 ranks over TCP: 36-37 us p50 against 31-32 at 16 B-8 KiB); it saves bytes: the
+// `descriptor_bytes`. The tree costs ceil(log2 p) + 1 more dependent messages (measured:
+// docs/performance.md, the code's thresholds); it saves bytes: the
 // all-gather brings every descriptor, inline chunk included, through every host's NIC, per_host
 // (p - 1) of them. So the tree where those bytes take longer than the extra messages, by the
 // simulator's alpha-beta defaults (schedule/simulate.hpp), and never on one host. Every rank

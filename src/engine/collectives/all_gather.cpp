@@ -48,8 +48,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   uint8_t* out = static_cast<uint8_t*>(a.out);
   uint8_t* const own_slot = out + static_cast<size_t>(g.rank) * chunk;
   // An output in a window of symmetric memory: offered to the members (nothing registered).
-  // From 1 KiB its stores beat the inline path (2 ranks, 4 KiB: 0.7 us against 1.3; 512 B:
-  // 0.65 against 0.53).
+  // From 1 KiB (kWindowMinBytes) its stores beat the inline path (docs/performance.md, the
+  // code's thresholds).
   size_t window_offset = 0;
   std::shared_ptr<Window> window;
   if (a.op == CollectiveOp::AllGather && a.local_error.empty() && p > 1 &&
@@ -64,8 +64,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
       chunk < t.single_copy_bytes();
   // Our own chunk goes out straight from the input where the transport allows (UCX): a peer
   // that reads our output slot (a CMA read on one host) takes those cache lines from us, and
-  // the next call's local copy into the slot must take them back: at 256 KiB on 2 ranks that
-  // doubled the out-of-place time (40 vs 20 us). The input is only ever read. The local copy
+  // the next call's local copy into the slot must take them back, which doubled the
+  // out-of-place time at 256 KiB on 2 ranks. The input is only ever read. The local copy
   // then waits until the first sends are posted, so peers start reading meanwhile.
   // Over verbs the input is registered for it (the cache keeps it for the next call), so the
   // NIC reads our chunk while the CPU copies it; an input that cannot be registered (read-only
@@ -174,9 +174,8 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   // check_descriptors saw every member name the same window and offset, or none.
   if (window) {
     // A chunk past the cache goes block by block, each block into every member's output while
-    // it is still in our cache: the input is read from memory once, not once per member (2
-    // ranks out of place, 4 MiB: 456 us against 594; 16 MiB: 2174 against 2618; at 1 MiB whole
-    // copies win, 89 against 94).
+    // it is still in our cache: the input is read from memory once, not once per member (from
+    // 2 MiB; below, whole copies win: docs/performance.md, the code's thresholds).
     const size_t es = element_size(a.out_dtype);
     const size_t in_es = element_size(a.in_dtype);
     const auto* in = static_cast<const uint8_t*>(a.in);

@@ -80,8 +80,8 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
   const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
   int64_t done = 0;
   // Beyond the eager limit the gather would leave the one-round path anyway, and then moving
-  // (p-1)/p of the tensor twice beats moving all of it p-1 times (measured on 4 ranks, 128 KiB:
-  // 92-95 us against 190-209; at 64 KiB the gather still wins on 2 ranks, 19 against 24-26 us).
+  // (p-1)/p of the tensor twice beats moving all of it p-1 times; below it the gather wins
+  // (measured: docs/performance.md, the code's thresholds).
   if (p > 1 && static_cast<size_t>(numel) * es >
                    eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit)) {
     if (symmetric_all_reduce(*this, g, bytes, dtype, numel, op, local_error)) return;

@@ -3,9 +3,9 @@
 // to kTreeMaxBytes (and always on 2 ranks), and beyond that a scatter of p pieces from the root
 // followed by an in-place all-gather of the pieces, so the root sends the tensor about once
 // instead of log p times. A tensor in symmetric memory on every member is copied by each member
-// straight out of the root's part, all at once. Measured (perf/compare, 4 ranks on 2 cores, shm):
-// from 1 MiB the scatter path beats Open MPI's MPI_Bcast (380 vs 448 us; 8 MiB 2898 vs 5410); on 2
-// ranks the scatter's two rounds lost to one write.
+// straight out of the root's part, all at once. On 2 ranks the scatter's two rounds lose to one
+// write, so the tree's single write stays (measured:
+// docs/performance.md#the-measurements-behind-the-codes-thresholds).
 
 #include <cstring>
 
@@ -145,8 +145,7 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   a.local_error = local_error;
   auto* bytes_at = static_cast<uint8_t*>(data);
   // A tensor the transport moves with one copy goes as writes, not inline; its crossover is
-  // twice the all-gather's (2 ranks: 16 KiB 2.2 us against 1.7 inline, 32 KiB 2.8 against 3.1,
-  // 64 KiB 3.7 against 5.9).
+  // twice the all-gather's, as measured (docs/performance.md, the code's thresholds).
   if (p > 1 &&
       (bytes > eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit) ||
        bytes / 2 >= transport_.single_copy_bytes())) {

@@ -51,18 +51,17 @@ inline bool shared_memory_allowed() {
   return false;
 }
 
-// Measured on 2 local ranks (scripts/measure-core.sh): over shared memory put + flush + notify
-// beats tagged messages for small writes (8 B: 5.6 vs 16.9 us; 64 KiB: 15 vs 95 us), is close
-// at 1 MiB (272 vs 314 us) and loses at 16 MiB (5.0 vs 3.5 ms); with 4 ranks on 2 cores, puts
-// of 256 KiB and up collapse (16 ms vs 0.3 ms per call) because their completion needs the
-// sleeping peer to progress. Over TCP UCX emulates put and tagged messages win at every size.
+// Over shared memory put + flush + notify beats tagged messages for small writes, is close at
+// 1 MiB and loses at 16 MiB; with more ranks than cores, large puts collapse because their
+// completion needs the sleeping peer to progress. Over TCP UCX emulates put and tagged
+// messages win at every size (scripts/measure-core.sh; docs/performance.md, the code's
+// thresholds).
 constexpr size_t kPutMaxBytes = 64u << 10;
 
 // On one machine with a core for every rank, UCX's rendezvous (one CMA copy straight into the
-// posted receive) beats its eager path (copied into a shared FIFO and out again) from here up:
-// 2 ranks, one all-gather of 16 KiB 3.2 us against 3.6 inline, 64 KiB 6.0 against 8.5, where
-// 8 KiB still goes faster inline (2.0 against 2.7). With more ranks than cores a rendezvous
-// waits for the peer to be scheduled: 4 ranks on 2 cores, 64 KiB took 47 us against 39 inline.
+// posted receive) beats its eager path (copied into a shared FIFO and out again) from here up;
+// 8 KiB still goes faster inline. With more ranks than cores a rendezvous waits for the peer
+// to be scheduled, and inline wins (docs/performance.md, the code's thresholds).
 constexpr size_t kSingleCopyBytes = 16u << 10;
 
 constexpr unsigned kDoorbellAm = 1;  // active-message id of doorbell()

@@ -9,11 +9,10 @@ UcxTransport::UcxTransport(CreateHints hints)
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   // Over TCP, UCX's "auto" rendezvous threshold (about 8 KiB) costs two extra round trips
-  // per message: measured on 2 ranks, 8 KiB took 42 us against 7 us eager, and eager wins
-  // up to 512 KiB (153 vs 180 us); from 2 MiB rendezvous wins (758 vs 1356 us). Shared
-  // memory keeps its single-copy CMA rendezvous for large messages, but not below 128 KiB:
-  // a point-to-point message inline (up to 64 KiB) would pay UCX's handshake on top of ours
-  // (32 KiB send/recv: 291 us p50, 35 us eager). UCX_RNDV_THRESH wins. A job on one machine
+  // per message: eager wins up to 512 KiB, rendezvous from 2 MiB. Shared memory keeps its
+  // single-copy CMA rendezvous for large messages, but not below 128 KiB: a point-to-point
+  // message inline (up to 64 KiB) would pay UCX's handshake on top of ours (the figures:
+  // docs/performance.md, the code's thresholds). UCX_RNDV_THRESH wins. A job on one machine
   // with a core per rank has no TCP peer and a peer ready to answer: there the rendezvous wins
   // from kSingleCopyBytes, and chunks that large leave the inline path (single_copy_bytes()).
   if (!std::getenv("UCX_RNDV_THRESH")) {
@@ -22,8 +21,7 @@ UcxTransport::UcxTransport(CreateHints hints)
     if (single_copy) {
       single_copy_ = kSingleCopyBytes;
       // Tagged messages then win at every size a write has: one CMA copy without put's
-      // registration, rkey, flush and notification (16 KiB: 3.2 us against 6.4; 64 KiB: 5.6
-      // against 9.4), and below 16 KiB the engine sends inline.
+      // registration, rkey, flush and notification; below 16 KiB the engine sends inline.
       if (protocol_ == Protocol::Auto) protocol_ = Protocol::Tag;
     }
     check(ucp_config_modify(config, "RNDV_THRESH", rndv_thresh_.c_str()), "setting RNDV_THRESH");

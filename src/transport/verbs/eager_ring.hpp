@@ -4,8 +4,8 @@
 // the receiver, as the eager slots in shared memory do on one host (engine/eager_slots.hpp) and
 // as MVAPICH's RDMA fast path does between hosts. The receiver polls its ring's next slot in
 // progress(): no receive work request, no receive completion, no receive buffer between the wire
-// and the slot. On SoftRoCE here perftest's ib_write_lat measures 21-23 us where ib_send_lat
-// measures 36-39 us (64 B); on HCAs the gap is the receive WQE the NIC fetches for a SEND.
+// and the slot: a write's latency is below a SEND's (perftest, docs/performance.md, the code's
+// thresholds); on HCAs the gap is the receive WQE the NIC fetches for a SEND.
 //
 // A plain write wakes no one, and a receiver sleeps in poll() when it has spun long enough (it
 // must: more ranks than cores). So before it sleeps, a receiver with rings writes a new sleep
@@ -39,7 +39,7 @@
 // default) or RoCE packet spraying deliver a multi-packet write's packets in any order, so a
 // trailer may land before a middle packet; the checksum then fails and the reader looks again.
 // A slot's previous message never passes for the next one: its head carries another number.
-// Cost: one multiply per 8 bytes on each side (about 0.3 us for a full slot).
+// Cost: one multiply per 8 bytes on each side.
 
 #include <cstddef>
 #include <cstdint>
