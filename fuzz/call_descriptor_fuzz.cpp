@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "rdmacoll/errors.hpp"
 
 using rdmacoll::engine::CallDescriptor;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "engine/descriptor_round.hpp"
+#include "engine/control/descriptor_round.hpp"
 #include "rdmacoll/errors.hpp"
 
 using namespace rdmacoll::engine;

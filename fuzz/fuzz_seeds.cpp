@@ -11,8 +11,8 @@
 
 #include "bootstrap/address_envelope.hpp"
 #include "bootstrap/store_protocol.hpp"
-#include "engine/call_descriptor.hpp"
-#include "engine/descriptor_round.hpp"
+#include "engine/control/descriptor_round.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "topology/topology.hpp"
 #include "transport/verbs/eager_ring.hpp"
 

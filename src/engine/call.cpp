@@ -1,6 +1,6 @@
 #include "engine/call.hpp"
 
-#include "engine/agreement.hpp"
+#include "engine/control/agreement.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/exchange_scratch.hpp"
+#include "engine/control/exchange_scratch.hpp"
 
 namespace rdmacoll::engine {
 

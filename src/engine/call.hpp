@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/control/eager_slots.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
-#include "engine/eager_slots.hpp"
 #include "engine/executor.hpp"
 #include "engine/group_state.hpp"
 #include "engine/leaving.hpp"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
 #include "engine/group_state.hpp"
 #include "engine/p2p.hpp"

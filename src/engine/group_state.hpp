@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/control/eager_slots.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/core/scratch_arena.hpp"
 #include "engine/core/tuning.hpp"
-#include "engine/eager_slots.hpp"
 #include "engine/pending.hpp"
 #include "engine/symmetric.hpp"
 #include "engine/work_queue.hpp"
@@ -90,7 +90,7 @@ class GroupState {
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   // Windows this member dropped, for empty() to reuse; emptied when the group is released.
   std::shared_ptr<engine::WindowPool> windows = std::make_shared<engine::WindowPool>();
-  // Small calls on one host: descriptors through shared memory (engine/eager_slots.hpp).
+  // Small calls on one host: descriptors through shared memory (engine/control/eager_slots.hpp).
   engine::EagerSlots slots;
   engine::ScratchArena scratch;  // what its calls reuse, each owner's own struct
   engine::GroupQueue queue;      // declared last: drained (its worker joined) before the rest goes

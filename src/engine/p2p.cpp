@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/executor.hpp"
 #include "engine/leaving.hpp"
 #include "engine/p2p_messages.hpp"

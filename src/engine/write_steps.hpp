@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/write_plan.hpp"
 #include "transport/transport.hpp"
 

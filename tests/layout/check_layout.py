@@ -3,6 +3,9 @@
 
 - Includes point one way: api -> engine -> schedule/topology -> transport, with bootstrap and
   common below them all; a file includes its own layer or a lower one, never a higher one.
+- Inside the engine: engine/core/ includes nothing of engine/control/ or engine/collectives/,
+  and engine/control/ nothing of engine/collectives/: the core and the exchange know no
+  collective's file.
 - Public headers (include/rdmacoll/) include only each other: no internal type leaks out.
 - The Python backend (python/src/) is a layer on the public API: it includes rdmacoll/ headers
   and its own, nothing of src/.
@@ -20,6 +23,8 @@ import sys
 
 LAYERS = {"common": 0, "bootstrap": 1, "transport": 2, "topology": 3, "schedule": 3,
           "engine": 4, "api": 5}
+# The engine's own folders, lowest first; its other files are not ranked.
+ENGINE_PARTS = {"core": 0, "control": 1, "collectives": 2}
 MAX_LINES = 600
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
@@ -55,6 +60,14 @@ def main(root):
             target = inc.split("/")[0]
             if layer in LAYERS and target in LAYERS and LAYERS[target] > LAYERS[layer]:
                 breaches.append(f"{path}:{number}: the {layer} layer includes {inc}, a layer above it")
+            rel = os.path.relpath(path, os.path.join(root, "src")).split(os.sep)
+            part = rel[1] if layer == "engine" and len(rel) > 2 else None
+            inc_parts = inc.split("/")
+            inc_part = inc_parts[1] if inc_parts[0] == "engine" and len(inc_parts) > 2 else None
+            if (part in ENGINE_PARTS and inc_part in ENGINE_PARTS and
+                    ENGINE_PARTS[inc_part] > ENGINE_PARTS[part]):
+                breaches.append(f"{path}:{number}: engine/{part}/ includes {inc}, which is above "
+                                "it (core, then control, then collectives)")
     for path in sources(root, "include"):
         for number, inc in includes(path):
             if not inc.startswith("rdmacoll/"):

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 #include "engine/symmetric.hpp"
 #include "engine/write_steps.hpp"
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/collectives/all_to_all_parts.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/control_plane.hpp"
 #include "schedule/bruck_all_to_all.hpp"
 #include "schedule/schedule.hpp"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/group_state.hpp"
 #include "transport/transport.hpp"
 

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/agreement.hpp"
 #include "engine/collectives/all_to_all_parts.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 
 namespace rdmacoll::engine::all_to_all_parts {
 

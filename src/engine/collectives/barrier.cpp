@@ -1,10 +1,10 @@
 // barrier: one descriptor exchange, nothing else; its descriptors still carry the collective's
 // name and a rank's own rejection, so a rank that called something else raises everywhere.
 
-#include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 
 namespace rdmacoll::engine {
 

@@ -9,10 +9,10 @@
 
 #include <cstring>
 
-#include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
 #include "engine/write_steps.hpp"

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "engine/collectives/reduce_scratch.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 #include "engine/engine.hpp"
 #include "engine/reduce.hpp"
 #include "engine/symmetric.hpp"

@@ -1,11 +1,11 @@
 // What the folds through symmetric memory share (all_reduce.cpp, reduce_scatter.cpp): one call
 // whose descriptors name the window, a fold straight out of every member's part, a barrier.
 
-#include "engine/agreement.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "engine/collectives/reduce_scratch.hpp"
-#include "engine/control_plane.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
 #include "engine/reduce.hpp"
 #include "engine/symmetric.hpp"
 

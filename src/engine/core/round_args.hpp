@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "rdmacoll/types.hpp"
 
 namespace rdmacoll::engine {

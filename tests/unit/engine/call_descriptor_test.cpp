@@ -4,8 +4,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
-#include "engine/descriptor_fields.hpp"
+#include "engine/core/call_descriptor.hpp"
+#include "engine/core/descriptor_fields.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/transport.hpp"
 
@@ -69,7 +69,7 @@ T another(T value, uint64_t& next) {
   }
 }
 
-// Every field of the table (engine/descriptor_fields.hpp) survives the wire, each changed from
+// Every field of the table (engine/core/descriptor_fields.hpp) survives the wire, each changed from
 // its default, so a field added later is covered too.
 TEST(CallDescriptor, EveryFieldOfTheTableRoundTrips) {
   CallDescriptor d;

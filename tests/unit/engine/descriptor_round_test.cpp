@@ -1,7 +1,7 @@
-// The framing of a descriptor round (engine/descriptor_round.hpp): what a sender packs reads
-// back whole at any message limit, and every kind of message a hostile or broken peer could
+// The framing of a descriptor round (engine/control/descriptor_round.hpp): what a sender packs
+// reads back whole at any message limit, and every kind of message a hostile or broken peer could
 // send instead raises TransportError naming the flaw, never reads past the message.
-#include "engine/descriptor_round.hpp"
+#include "engine/control/descriptor_round.hpp"
 
 #include <gtest/gtest.h>
 

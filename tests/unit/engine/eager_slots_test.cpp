@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
-#include "engine/descriptor_fields.hpp"
-#include "engine/eager_slots.hpp"
+#include "engine/control/eager_slots.hpp"
+#include "engine/core/call_descriptor.hpp"
+#include "engine/core/descriptor_fields.hpp"
 
 namespace rdmacoll::engine {
 namespace {
@@ -140,7 +140,7 @@ bool in_record(std::string_view field) {
   return false;
 }
 
-// Table-driven (engine/descriptor_fields.hpp), so a field added later is covered too: a Data
+// Table-driven (engine/core/descriptor_fields.hpp), so a field added later is covered too: a Data
 // field the record leaves out keeps the descriptor from travelling as one, and every field the
 // record carries comes back.
 TEST(EagerSlotsRecord, EveryFieldTheRecordLeavesOutKeepsTheDescriptorOutOfIt) {

@@ -3,7 +3,7 @@
 #include <set>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/p2p_messages.hpp"
 #include "transport/transport.hpp"
 

@@ -67,8 +67,8 @@ std::vector<int> sizes_up_to_4096() {
 }
 
 // Where p is a power of two the descriptors take recursive doubling's rounds in the virtual
-// order (src/engine/descriptor_messages.cpp): the recursive-doubling all-gather's own peers, so
-// they add none.
+// order (src/engine/control/descriptor_messages.cpp): the recursive-doubling all-gather's own
+// peers, so they add none.
 TEST(ConnectionPlan, RecursiveDoublingDescriptorsAddNoPeer) {
   for (int p = 4; p <= 4096; p *= 2) {
     std::vector<int> interleaved(p);  // two "hosts": even positions one, odd the other

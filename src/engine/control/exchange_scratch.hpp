@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
 

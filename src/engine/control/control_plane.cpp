@@ -2,16 +2,16 @@
 // (schedule/service.hpp) over control messages, or through the group's mailbox (eager slots)
 // on one host once it is up. The agreement checks run on what arrives (agreement.cpp).
 
-#include "engine/control_plane.hpp"
+#include "engine/control/control_plane.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
 
-#include "engine/agreement.hpp"
-#include "engine/descriptor_messages.hpp"
-#include "engine/descriptor_round.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/descriptor_messages.hpp"
+#include "engine/control/descriptor_round.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
-#include "engine/exchange_scratch.hpp"
+#include "engine/control/exchange_scratch.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/group_state.hpp"
 #include "schedule/service.hpp"
 #include "transport/transport.hpp"
@@ -34,7 +34,7 @@ const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
 // The service schedule of a group's descriptor rounds (schedule/service.hpp), made once.
 const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRounds rounds);
 
-// A round larger than a control message goes as several (engine/descriptor_round.hpp). Tags
+// A round larger than a control message goes as several (engine/control/descriptor_round.hpp). Tags
 // must be unique per receiver and call (UCX matches tags across senders): message j of sender
 // r carries index r + j p, below 2^24 while p times the largest round's descriptors (the most
 // messages a round can take) is.
@@ -67,7 +67,7 @@ std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, 
                               std::vector<int>& out);
 
 // Sends the descriptors of group ranks `chunks` (in scratch.incoming) to `to`, as one message
-// or several (engine/descriptor_round.hpp); sends not yet done join call.sends().
+// or several (engine/control/descriptor_round.hpp); sends not yet done join call.sends().
 void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
                 const std::vector<int>& chunks, std::vector<uint8_t>& out,
                 RoundTags tags = RoundTags::Pieces);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 
 namespace rdmacoll::engine {
 

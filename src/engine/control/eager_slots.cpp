@@ -1,4 +1,4 @@
-#include "engine/eager_slots.hpp"
+#include "engine/control/eager_slots.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "common/log.hpp"
-#include "engine/descriptor_fields.hpp"
+#include "engine/core/descriptor_fields.hpp"
 
 namespace rdmacoll::engine {
 

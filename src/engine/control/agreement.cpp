@@ -3,12 +3,12 @@
 // descriptors, so every rank raises the same error; a ring call that saw only its successor's
 // checks that pair (around the ring, every pair agreeing is every rank agreeing).
 
-#include "engine/agreement.hpp"
+#include "engine/control/agreement.hpp"
 
 #include <optional>
 #include <string>
 
-#include "engine/exchange_scratch.hpp"
+#include "engine/control/exchange_scratch.hpp"
 
 namespace rdmacoll::engine {
 

@@ -77,7 +77,7 @@ struct CallDescriptor {
   // same window and offset.
   uint64_t window = 0;
   uint64_t window_offset = 0;
-  // Setting up the group's eager slots (engine/eager_slots.hpp): the sender's slot memory
+  // Setting up the group's eager slots (engine/control/eager_slots.hpp): the sender's slot memory
   // (first call), then whether the sender mapped every peer's (second call).
   uint64_t slot_addr = 0;
   std::span<const uint8_t> slot_key;
@@ -95,7 +95,7 @@ struct CallDescriptor {
   static CallDescriptor parse(const uint8_t* data, size_t length);
   // The call number of a serialized descriptor without parsing the rest; false when `data`
   // does not start like one. Leftovers of a failed call are found so
-  // (engine/descriptor_messages.cpp).
+  // (engine/control/descriptor_messages.cpp).
   static bool peek_seq(const uint8_t* data, size_t length, uint64_t& seq);
 };
 

@@ -1,4 +1,4 @@
-#include "engine/descriptor_round.hpp"
+#include "engine/control/descriptor_round.hpp"
 
 #include <cstring>
 #include <string>

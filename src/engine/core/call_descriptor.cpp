@@ -1,10 +1,10 @@
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/descriptor_fields.hpp"
+#include "engine/core/descriptor_fields.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::engine {

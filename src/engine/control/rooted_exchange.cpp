@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
-#include "engine/agreement.hpp"
-#include "engine/control_plane.hpp"
-#include "engine/descriptor_messages.hpp"
-#include "engine/descriptor_round.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
+#include "engine/control/descriptor_messages.hpp"
+#include "engine/control/descriptor_round.hpp"
 #include "schedule/service.hpp"
 
 namespace rdmacoll::engine {

@@ -1,8 +1,8 @@
 #pragma once
 // The framing of one round of the descriptor all-gather (Bruck's or recursive doubling's, in
-// engine/descriptor_messages.cpp): the descriptors a rank passes on in a round, as one message or
-// several when they exceed the transport's largest control message (verbs: 4 KiB, where a
-// descriptor with an eager chunk takes 2 KiB). Each message is a flag byte (1: another message of
+// engine/control/descriptor_messages.cpp): the descriptors a rank passes on in a round, as one
+// message or several when they exceed the transport's largest control message (verbs: 4 KiB, where
+// a descriptor with an eager chunk takes 2 KiB). Each message is a flag byte (1: another message of
 // this round follows), then whole descriptors, each a 4-byte length and the bytes. Pure functions,
 // so the parser that reads what a peer sent is unit-tested and fuzzed (fuzz/).
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "engine/call_descriptor.hpp"
-#include "engine/exchange_scratch.hpp"
+#include "engine/control/exchange_scratch.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "engine/group_state.hpp"
 #include "transport/transport.hpp"
 

@@ -40,7 +40,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/call_descriptor.hpp"
+#include "engine/core/call_descriptor.hpp"
 #include "transport/transport.hpp"
 
 namespace rdmacoll::engine {

@@ -1,14 +1,14 @@
 // The control plane's messages: see descriptor_messages.hpp.
 
-#include "engine/descriptor_messages.hpp"
+#include "engine/control/descriptor_messages.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "engine/agreement.hpp"
-#include "engine/control_plane.hpp"
-#include "engine/descriptor_round.hpp"
+#include "engine/control/agreement.hpp"
+#include "engine/control/control_plane.hpp"
+#include "engine/control/descriptor_round.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll::engine {
