@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/control/eager_slots.hpp"
+#include "engine/control/ring_guard.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
 #include "engine/executor.hpp"
@@ -40,7 +41,8 @@ class Call {
 
   // No network I/O here: a failed call's neighbours were told by run()'s failure path.
   ~Call() {
-    for (auto* list : {&recvs_, &sends_, &watch_}) {
+    ring_.reset();  // its report receives are cancelled with the rest
+    for (auto* list : {&recvs_, &sends_}) {
       for (auto& p : *list) {
         if (p.req && !p.req->done()) t_.cancel(p.req);
       }
@@ -98,19 +100,13 @@ class Call {
   int global(int group_rank) const { return g_.members[group_rank]; }
   const GroupState& group() const { return g_; }
 
-  // Ring-step mode (exchange_descriptors in control_plane.cpp): a rank may see only its ring
-  // successor's descriptor, so a disagreement is found by the rank before it and by nobody
-  // else. Errors then spread along the ring: a rank that leaves the call with an
-  // InvalidArgument tells both ring neighbours (group ranks `pred`, `succ`), and a rank whose
-  // wait goes idle listens for their reports and raises what they say.
-  void watch_neighbours(int pred, int succ) {
-    neighbour_[0] = pred;
-    neighbour_[1] = succ;
-  }
+  // Ring-step mode (control/ring_guard.hpp): from now on errors spread to and from the ring
+  // neighbours, group ranks `pred` and `succ`.
+  void watch_neighbours(int pred, int succ) { ring_.emplace(*this, pred, succ); }
   // Runs the call's body. When it throws, the failure path runs, explicitly, before the
-  // exception leaves: in ring-step mode both ring neighbours are told and heard (spread_error,
-  // once), and only then is the registration of `exposed` (the output the peers were told of)
-  // dropped, since the predecessor's writes may still be landing in it: a later write then
+  // exception leaves: in ring-step mode both ring neighbours are told and heard (RingGuard::
+  // spread, once), and only then is the registration of `exposed` (the output the peers were told
+  // of) dropped, since the predecessor's writes may still be landing in it: a later write then
   // fails at its writer instead of landing in memory the user frees and reuses.
   template <typename Body>
   void run(Body&& body, const std::shared_ptr<transport::MemoryRegion>* exposed = nullptr) {
@@ -118,22 +114,22 @@ class Call {
       body();
     } catch (const InvalidArgument&) {
       failed_ = true;
-      if (watching() && !spreading_ && !g_.broken) spread_error();
+      if (ring_ && !ring_->spreading() && !g_.broken) ring_->spread();
       if (exposed && *exposed) t_.forget_registration(**exposed);
       throw;
     } catch (...) {
       failed_ = true;
-      const bool spread = watching() && !spreading_ && !g_.broken;
-      if (spread) spread_error();
+      const bool spread = ring_ && !ring_->spreading() && !g_.broken;
+      if (spread) ring_->spread();
       if (exposed && *exposed) t_.forget_registration(**exposed);
       // A failure that a neighbour's report explains (a write the successor refused once its
       // call was over): raise the report, as the other ranks do.
-      if (spread && !g_.broken) check_neighbours();
+      if (spread && !g_.broken) ring_->check();
       throw;
     }
   }
   // What this rank's error says to the others (without this rank's call prefix): kept for
-  // spread_error; the first one noted wins.
+  // the ring guard's report; the first one noted wins.
   void note_error(const std::string& reason) const {
     if (error_text_.empty()) error_text_ = reason;
   }
@@ -156,9 +152,9 @@ class Call {
               // Refused because the call is over at that rank (it raised and dropped its
               // output): in ring-step mode its report is coming, and run() raises that; the
               // group is not broken by it.
-              if (p.req->refused() && watching()) {
-                if (spreading_) continue;  // nothing of ours lands there: not the spread's failure
-                refused_ = true;
+              if (p.req->refused() && ring_) {
+                if (ring_->spreading()) continue;  // nothing of ours lands there
+                ring_->refused();
                 throw PeerFailure(what);
               }
               fail<PeerFailure>(what);
@@ -166,7 +162,7 @@ class Call {
             all_done = false;
           }
           if (all_done) return Poll::Done;
-          if (!watch_.empty() && !spreading_) check_neighbours();
+          if (ring_ && !ring_->spreading()) ring_->check();
           return t_.progress() ? Poll::Moved : Poll::Idle;
         },
         [](int) {},
@@ -177,8 +173,7 @@ class Call {
           }
           check_members();
           if (Clock::now() >= deadline()) fail<Timeout>(timeout_message(list, begin, end));
-          // Listening costs two receives (and their cancels), so only calls that wait pay it.
-          if (watching() && watch_.empty()) post_watch();
+          if (ring_) ring_->listen();
         },
         [&] { t_.wait_for_event(deadline()); });
   }
@@ -228,14 +223,7 @@ class Call {
   }
 
  private:
-  bool watching() const { return neighbour_[0] >= 0; }  // ring-step mode
-  void post_watch();        // receives for the neighbours' error reports
-  void check_neighbours();  // raises a neighbour's report once it has come
-  // Sends our error to both neighbours and waits for theirs: a ring rank writes into its
-  // successor's output before anyone has seen every descriptor, so the successor returns only
-  // after its predecessor's report, which follows the predecessor's last write. Failing that
-  // (a dead neighbour, the deadline), the group is marked broken. Never throws.
-  void spread_error() noexcept;
+  friend class RingGuard;  // its report goes out on this call's transport, tags and lists
 
   std::string timeout_message(const std::vector<Pending>& list, size_t begin, size_t end) const {
     std::ostringstream os;
@@ -300,14 +288,11 @@ class Call {
   Clock::time_point spin_until_{};
   std::vector<Pending>& recvs_;  // the group's scratch lists
   std::vector<Pending>& sends_;
-  std::vector<Pending> watch_;   // ring-step mode: the neighbours' error reports, once posted
-  bool spreading_ = false;       // spread_error ran (it runs once)
-  bool failed_ = false;          // run()'s body threw
-  bool refused_ = false;         // ...because the successor refused a write: its report says why
-  int neighbour_[2] = {-1, -1};  // predecessor, successor
+  bool failed_ = false;  // run()'s body threw
   mutable std::string error_text_;
   int uncaught_ = std::uncaught_exceptions();
   std::optional<uint64_t> token_;
+  std::optional<RingGuard> ring_;  // ring-step mode
 };
 
 // A source range outside any registration, for transports that read any memory.
