@@ -35,8 +35,8 @@ std::string transport_counters() {
 uint64_t bytes_written_to(int peer) {
   return require_world("bytes_written_to").transport->statistics().bytes_written_to(peer);
 }
-bool eager_slots_active(const Group& group) {
-  return resolve(group, "eager_slots_active").slots.active();
+bool mailbox_active(const Group& group) {
+  return resolve(group, "mailbox_active").mailbox.active();
 }
 uint64_t doorbells_rung() {
   return require_world("doorbells_rung").transport->statistics().doorbells_rung;

@@ -28,11 +28,11 @@ uint64_t bytes_written_to(int peer);
 // The host identity global rank `rank` reported (RDMACOLL_HOST_ID or its hostname).
 std::string host_of(int rank);
 
-// Whether `group`'s small calls go through eager slots in shared memory
-// (engine/control/eager_slots).
-bool eager_slots_active(const Group& group = {});
+// Whether `group`'s small calls go through the mailbox in shared memory
+// (engine/control/mailbox).
+bool mailbox_active(const Group& group = {});
 
-// Doorbells this process rang to wake a peer blocked on its eager slots.
+// Doorbells this process rang to wake a peer blocked on its mailbox.
 uint64_t doorbells_rung();
 
 // Control messages (descriptors, acks) this process has sent through the transport.

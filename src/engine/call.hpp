@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/control/eager_slots.hpp"
+#include "engine/control/mailbox.hpp"
 #include "engine/control/ring_guard.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
@@ -178,14 +178,14 @@ class Call {
         [&] { t_.wait_for_event(deadline()); });
   }
 
-  // Waits until every other member's eager slot for this call is complete: polls our own
+  // Waits until every other member's mailbox slot for this call is complete: polls our own
   // memory, then (as wait() does) checks on the missing peers and blocks, after telling
   // writers through the `sleeping` word to ring the doorbell.
-  void wait_slots(const EagerSlots& slots) {
+  void wait_slots(const Mailbox& slots) {
     const int p = g_.size();
     const uint64_t flag = seq_ + 1;
     auto arrived = [&](int peer) {
-      return EagerSlots::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) == flag;
+      return Mailbox::flag(slots.local_slot(peer, seq_)).load(std::memory_order_seq_cst) == flag;
     };
     auto missing = [&]() {
       for (int i = 1; i < p; ++i) {
@@ -208,7 +208,7 @@ class Call {
           check_members();
           if (Clock::now() >= deadline()) {
             fail<Timeout>(where() + ": timed out after " + std::to_string(g_.timeout.count()) +
-                          " ms; still waiting for the call descriptor (eager slot) of rank " +
+                          " ms; still waiting for the call descriptor (mailbox) of rank " +
                           std::to_string(global(missing())));
           }
         },

@@ -14,7 +14,7 @@ void GroupState::release() {
   if (auto p = p2p.lock()) {
     p->abandon(*this, "its group was destroyed while it was in flight");
   }
-  if (auto t = transport.lock()) slots.release(t);
+  if (auto t = transport.lock()) mailbox.release(t);
   windows->clear();
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/control/eager_slots.hpp"
+#include "engine/control/mailbox.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/scratch_arena.hpp"
 #include "engine/core/tuning.hpp"
@@ -52,7 +52,7 @@ class GroupState {
  public:
   ~GroupState() { release(); }
   // Finishes the group's outstanding work (point-to-point operations still in flight fail) and
-  // frees what it holds in the transport (its eager slots); the group stays valid to describe,
+  // frees what it holds in the transport (its mailbox); the group stays valid to describe,
   // not to call. Run by destroy_group() and when the last handle goes.
   void release();
 
@@ -90,8 +90,8 @@ class GroupState {
   std::map<schedule::Algorithm, schedule::Schedule> schedules;
   // Windows this member dropped, for empty() to reuse; emptied when the group is released.
   std::shared_ptr<engine::WindowPool> windows = std::make_shared<engine::WindowPool>();
-  // Small calls on one host: descriptors through shared memory (engine/control/eager_slots.hpp).
-  engine::EagerSlots slots;
+  // Small calls on one host: descriptors through shared memory (engine/control/mailbox.hpp).
+  engine::Mailbox mailbox;
   engine::ScratchArena scratch;  // what its calls reuse, each owner's own struct
   engine::GroupQueue queue;      // declared last: drained (its worker joined) before the rest goes
 

@@ -231,7 +231,7 @@ TEST(AllGather, ThousandCallsFreshBuffers) {
   }));
 }
 
-// ---- eager slots (shared memory; off over TCP) ------------------------------------------------
+// ---- the mailbox (shared memory; off over TCP) -----------------------------------------------
 
 // The shm variant of this binary runs with UCX's default transports, the tcp variant with
 // UCX_TLS=tcp, where there is no shared memory to put slots in.
@@ -240,7 +240,7 @@ bool slots_expected() {
   return !(tls && std::string(tls) == "tcp");
 }
 
-TEST(EagerSlots, OnAfterTwoCallsAndCorrectAcrossSizesBarriersAndSubgroups) {
+TEST(Mailbox, OnAfterTwoCallsAndCorrectAcrossSizesBarriersAndSubgroups) {
   expect_all_ok(run_ranks(4, [](int rank, int) {
     Group sub = new_group({1, 2, 3});
     // 64 KiB of float32 is the eager limit for 4 ranks; 16385 elements take the data path.
@@ -251,21 +251,21 @@ TEST(EagerSlots, OnAfterTwoCallsAndCorrectAcrossSizesBarriersAndSubgroups) {
       if (rank != 0) gather_and_check(sub, n + 1, DType::Int16, DType::Int16, false, iter);
       if (iter % 5 == 0) barrier();
       if (iter >= 2) {
-        RANK_CHECK(detail::eager_slots_active() == slots_expected(),
-                   "eager slots active: " << detail::eager_slots_active() << " at call " << iter);
+        RANK_CHECK(detail::mailbox_active() == slots_expected(),
+                   "mailbox active: " << detail::mailbox_active() << " at call " << iter);
       }
     }
     if (rank != 0) {
-      RANK_CHECK(detail::eager_slots_active(sub) == slots_expected(), "subgroup slots");
+      RANK_CHECK(detail::mailbox_active(sub) == slots_expected(), "subgroup slots");
     }
   }));
 }
 
-TEST(EagerSlots, ErrorsRaiseOnEveryRankOnceSlotsAreOn) {
+TEST(Mailbox, ErrorsRaiseOnEveryRankOnceSlotsAreOn) {
   expect_all_ok(run_ranks(3, [](int rank, int world) {
     for (int iter = 0; iter < 3; ++iter)
       gather_and_check({}, 4, DType::Float32, DType::Float32, false, iter);
-    RANK_CHECK(detail::eager_slots_active() == slots_expected(), "slots before the errors");
+    RANK_CHECK(detail::mailbox_active() == slots_expected(), "slots before the errors");
     expect_size_mismatch_raises_and_writes_nothing(rank, world);
     // One rank's bad output shape: that rank says why, the others name it.
     Tensor in4 = zeros({4});
@@ -286,7 +286,7 @@ TEST(EagerSlots, ErrorsRaiseOnEveryRankOnceSlotsAreOn) {
 // A rank that arrives late finds its peer asleep (past its spin) and must wake it through the
 // doorbell. Rank 1 is made late by burning CPU before each call; that is the scenario under
 // test, not a wait for some condition.
-TEST(EagerSlots, LateRankRingsTheDoorbellOfASleepingPeer) {
+TEST(Mailbox, LateRankRingsTheDoorbellOfASleepingPeer) {
   RunOptions opt;
   opt.env = {{"RDMACOLL_SPIN_US", "100"}};
   expect_all_ok(run_ranks(

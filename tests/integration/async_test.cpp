@@ -173,7 +173,7 @@ TEST(Async, KilledRankMakesOutstandingWaitsRaise) {
   const auto results = run_ranks(
       3,
       [](int rank, int p) {
-        // Everyone connected and in step, and past the eager slots' set-up (the first two
+        // Everyone connected and in step, and past the mailbox's set-up (the first two
         // calls): a rank dying inside UCX's mapping of its shared memory is the chaos test's
         // subject (hardening), not this one's.
         for (int i = 0; i < 3; ++i) {

@@ -295,7 +295,7 @@ long open_descriptors() {
   return n;
 }
 
-// SysV shared-memory segments this process has attached (UCX's shared memory for eager slots).
+// SysV shared-memory segments this process has attached (UCX's shared memory for the mailbox).
 long sysv_segments_attached() {
   std::ifstream maps("/proc/self/maps");
   long n = 0;
@@ -322,7 +322,7 @@ constexpr int kGroupCycles = 10000;
 constexpr bool kCheckResidentMemory = true;
 #endif
 
-// Every new_group kept ~400 KiB of shared memory per rank (its eager slots) to the end: 1000
+// Every new_group kept ~400 KiB of shared memory per rank (its mailbox) to the end: 1000
 // groups took 400 MB, and past ~1300 UCX's shmget failed. Later a group used exactly once (its
 // slots half set up) still kept its segment: ~2200 such groups on 2 ranks took the host's 4096.
 // Groups made, used once or three times (every element checked) and destroyed (destroy_group,
@@ -496,7 +496,7 @@ TEST(Hardening, CleanupWithRank0StoppedIsBoundedByTheGrace) {
   expect_bounded_cleanup(0, SIGSTOP, "3", 6.0);
 }
 
-// Before it maps a same-host peer's shared memory (the eager slots) the UCX transport asks
+// Before it maps a same-host peer's shared memory (the mailbox) the UCX transport asks
 // whether the peer is gone or exiting: UCX 1.13 crashes on the key of a segment that went with
 // its process (chaos.smoke: a rank killed during a group's first call).
 TEST(PeerLiveness, ALivePeerIsNotExitingAndAKilledOneIsGone) {

@@ -148,7 +148,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   // A ring call posts its arrivals before its descriptor leaves: the predecessor writes once it
   // has the descriptor, before anyone has seen every rank's, and if this rank then leaves with
   // an error the writes must still land somewhere it owns and then be waited for
-  // (Call::spread_error). Over UCX's tag protocol a write lands only into a posted receive; one
+  // (RingGuard::spread). Over UCX's tag protocol a write lands only into a posted receive; one
   // never posted would stay pending at the writer, its message unreceived for a later call.
   if (ring) plan_steps();
   const std::vector<CallDescriptor>& all = exchange_descriptors(

@@ -1,5 +1,5 @@
 // broadcast by one-sided writes: inline in the root's call descriptor up to the eager limit
-// (one round; through the eager slots on one host), a binomial tree of whole-tensor writes up
+// (one round; through the mailbox on one host), a binomial tree of whole-tensor writes up
 // to kTreeMaxBytes (and always on 2 ranks), and beyond that a scatter of p pieces from the root
 // followed by an in-place all-gather of the pieces, so the root sends the tensor about once
 // instead of log p times. A tensor in symmetric memory on every member is copied by each member

@@ -1,5 +1,5 @@
 // The control plane: each call's descriptors all-gathered on a service schedule
-// (schedule/service.hpp) over control messages, or through the group's mailbox (eager slots)
+// (schedule/service.hpp) over control messages, or through the group's mailbox
 // on one host once it is up. The agreement checks run on what arrives (agreement.cpp).
 
 #include "engine/control/control_plane.hpp"
@@ -42,7 +42,7 @@ constexpr std::memory_order kSleepingLoad =
 // either it sees our flag, or we see its `sleeping` word).
 void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t flag) {
   const int p = g.size();
-  const EagerSlots& slots = g.slots;
+  const Mailbox& slots = g.mailbox;
   if constexpr (!kTsan) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // our flag stores before these loads
   }
@@ -57,7 +57,7 @@ void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t 
   }
 }
 
-// Eager slots are on: store our descriptor into every peer's slot, then read theirs from ours.
+// The mailbox is on: store our descriptor into every peer's slot, then read theirs from ours.
 // Sleepers are woken after our own wait, not before it: the fence that orders our flag stores
 // before reading their `sleeping` words waits for the stores' cache lines, which the peers
 // hold (they polled them), and ahead of the wait it sat on the critical path of every call
@@ -67,20 +67,20 @@ void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t 
 const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& t, GroupState& g,
                                                           Call& call, const CallDescriptor& mine) {
   const int p = g.size();
-  const EagerSlots& slots = g.slots;
+  const Mailbox& slots = g.mailbox;
   const uint64_t seq = call.seq();
   const uint64_t flag = seq + 1;
-  // A small call's descriptor goes as a record in the flag's line (eager_slots.hpp).
-  const bool record = EagerSlots::fits_record(mine, slots.capacity());
+  // A small call's descriptor goes as a record in the flag's line (mailbox.hpp).
+  const bool record = Mailbox::fits_record(mine, slots.capacity());
   for (int i = 1; i < p; ++i) {
     const int peer = (g.rank + i) % p;
     uint8_t* slot = slots.remote_slot(peer, g.rank, seq);
     if (record) {
-      EagerSlots::write_record(slot, mine);
+      Mailbox::write_record(slot, mine);
     } else {
-      EagerSlots::length(slot) = mine.serialize_to(slot + EagerSlots::kLine, slots.capacity());
+      Mailbox::length(slot) = mine.serialize_to(slot + Mailbox::kLine, slots.capacity());
     }
-    EagerSlots::flag(slot).store(flag, kFlagStore);
+    Mailbox::flag(slot).store(flag, kFlagStore);
   }
   try {
     call.wait_slots(slots);
@@ -99,18 +99,18 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank) continue;
     const uint8_t* slot = slots.local_slot(peer, seq);
-    const uint64_t length = EagerSlots::length(slot);
-    const uint64_t bytes = length & ~EagerSlots::kRecordBit;
+    const uint64_t length = Mailbox::length(slot);
+    const uint64_t bytes = length & ~Mailbox::kRecordBit;
     auto claims_too_much = [&] {
-      return TransportError(call.where() + ": eager slot of rank " +
+      return TransportError(call.where() + ": mailbox slot of rank " +
                             std::to_string(call.global(peer)) + " claims " + std::to_string(bytes) +
                             " bytes, more than its " + std::to_string(slots.capacity()));
     };
-    if (length & EagerSlots::kRecordBit) {
+    if (length & Mailbox::kRecordBit) {
       // The rest of a record's descriptor is the group's: the slots are the group's own.
       CallDescriptor& d = s.descriptors[peer];
       d = CallDescriptor{};
-      if (!EagerSlots::read_record(slot, slots.capacity(), d)) throw claims_too_much();
+      if (!Mailbox::read_record(slot, slots.capacity(), d)) throw claims_too_much();
       d.seq = seq;
       d.group = g.id;
       d.rank = peer;
@@ -120,7 +120,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
       d.group_digest = g.digest;
     } else {
       if (bytes > slots.capacity()) throw claims_too_much();
-      s.descriptors[peer] = parse_one(g, call, peer, slot + EagerSlots::kLine, bytes);
+      s.descriptors[peer] = parse_one(g, call, peer, slot + Mailbox::kLine, bytes);
     }
   }
   return s.descriptors;
@@ -131,7 +131,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
 // ring predecessor, the successor's to us: all a ring all-gather needs), or recursive doubling
 // in the group's virtual order. Each round is one message (or several, if larger than a control
 // message) to one peer and one from another.
-// In ring-step mode (Bruck with the eager slots off, as across hosts) ranks may stop after the
+// In ring-step mode (Bruck with the mailbox off, as across hosts) ranks may stop after the
 // first round (DescriptorsNeeded::Successor) while others go on, if their arguments differ: so
 // that round is the ring step (descriptor_messages.hpp, RingStep), whose checks find it.
 // Returns the successor's group rank once its descriptor is parsed into the scratch (ring-step
@@ -144,7 +144,7 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
   const schedule::Schedule& sched = service_schedule(
       g, rd ? schedule::ServiceRounds::RecursiveDoubling : schedule::ServiceRounds::Bruck);
   ready_rounds(t, g, sched, capacity);
-  const bool ring_step = !rd && g.slots.state() == EagerSlots::State::Off;
+  const bool ring_step = !rd && g.mailbox.state() == Mailbox::State::Off;
   RoundHooks hooks;
   int succ = -1;
   if (ring_step) {
@@ -172,16 +172,16 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.seen_only = -1;
   CallDescriptor mine = stamped(g, mine_in);
-  if (g.slots.active()) return exchange_through_slots(t, g, call, mine);
+  if (g.mailbox.active()) return exchange_through_slots(t, g, call, mine);
   const size_t capacity = ready_receive_buffers(t, g);
-  g.slots.annotate(t, p, capacity, mine);
+  g.mailbox.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
     const int parsed = exchange_rounds(t, g, call, capacity, kind, mine, needed);
     if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
         parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data(), parsed);
-    g.slots.advance(t, g.members, g.rank, all);
+    g.mailbox.advance(t, g.members, g.rank, all);
     return all;
   }
   // The direct round (schedule/service.hpp): every member's descriptor straight to every member.
@@ -220,7 +220,7 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
   }
   call.recvs().resize(recvs_before);
   const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
-  g.slots.advance(t, g.members, g.rank, all);
+  g.mailbox.advance(t, g.members, g.rank, all);
   return all;
 }
 

@@ -41,7 +41,7 @@ CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* dat
 // Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
 // but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
-// buffers or eager slots): valid until the group's next call.
+// buffers or mailbox): valid until the group's next call.
 const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
                                                      const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
@@ -74,7 +74,7 @@ const schedule::Schedule& service_schedule(GroupState& g, schedule::ServiceRound
 // where p is a power of two, so a rank talks only to rank xor 2^k in its virtual order, the
 // peers of the recursive-doubling all-gather itself; Bruck's all-gather (ring position +- 2^k)
 // otherwise. Over verbs, where QPs are made on first use, those are the peers a rank connects.
-// On one host the direct round stays while the group's eager slots may carry the descriptors:
+// On one host the direct round stays while the group's mailbox may carry the descriptors:
 // its messages are parallel copies through shared memory with no chain of dependent rounds,
 // and after the group's first calls the slots replace them. Where the slots are off (UCX
 // without shared memory, verbs) the messages are real ones and the rounds' fewer win (4 ranks
@@ -91,7 +91,7 @@ Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t ca
   if (static_cast<uint64_t>(p) * (largest + 1) >= kTagIndexLimit) return Rounds::Direct;
   const bool fits =
       mode != DescriptorExchange::Bruck && g.hosts <= 1
-          ? g.slots.state() == EagerSlots::State::Off &&
+          ? g.mailbox.state() == Mailbox::State::Off &&
                 kRoundMessageHeader + largest * (capacity + 4) <= t.max_message_bytes()
           : kRoundMessageHeader + capacity + 4 <= t.max_message_bytes();
   if (!fits) return Rounds::Direct;
@@ -294,7 +294,7 @@ size_t ready_receive_buffers(const transport::Transport& t, GroupState& g) {
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;
   }
-  if (g.hosts > 1) g.slots.off_across_hosts();
+  if (g.hosts > 1) g.mailbox.off_across_hosts();
   return capacity;
 }
 

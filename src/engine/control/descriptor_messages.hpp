@@ -25,7 +25,7 @@ CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* dat
 // Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
 // but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
-// buffers or eager slots): valid until the group's next call.
+// buffers or mailbox): valid until the group's next call.
 const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
                                                      const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
@@ -55,10 +55,10 @@ inline uint32_t ring_index(int sender, uint32_t piece, int p) {
 // The tag indices a walk's messages take.
 enum class RoundTags { Pieces, RingCheck };
 
-// How a call's descriptors travel when no eager slots carry them.
+// How a call's descriptors travel when no mailbox carries them.
 enum class Rounds { Direct, Bruck, RecursiveDoubling };
 
-// How the descriptors travel when no eager slots carry them (descriptor_messages.cpp says why).
+// How the descriptors travel when no mailbox carries them (descriptor_messages.cpp says why).
 // Every rank decides alike (group size, hosts, the slots' agreed state, the message limit).
 Rounds descriptor_rounds(const transport::Transport& t, GroupState& g, size_t capacity);
 

@@ -68,11 +68,11 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   };
   size_t capacity = 0;
   const DescriptorExchange mode = g.tuning.descriptors;
-  bool rooted =
-      !g.slots.active() && (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
+  bool rooted = !g.mailbox.active() &&
+                (mode == DescriptorExchange::Rooted || mode == DescriptorExchange::Auto);
   if (rooted) {
     capacity = ready_receive_buffers(t, g);
-    rooted = g.slots.state() == EagerSlots::State::Off &&
+    rooted = g.mailbox.state() == Mailbox::State::Off &&
              descriptor_rounds(t, g, capacity) != Rounds::Direct &&
              (mode == DescriptorExchange::Rooted || rooted_rounds_pay(g, capacity));
   }

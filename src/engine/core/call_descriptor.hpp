@@ -77,7 +77,7 @@ struct CallDescriptor {
   // same window and offset.
   uint64_t window = 0;
   uint64_t window_offset = 0;
-  // Setting up the group's eager slots (engine/control/eager_slots.hpp): the sender's slot memory
+  // Setting up the group's mailbox (engine/control/mailbox.hpp): the sender's slot memory
   // (first call), then whether the sender mapped every peer's (second call).
   uint64_t slot_addr = 0;
   std::span<const uint8_t> slot_key;
@@ -132,10 +132,9 @@ inline size_t descriptor_capacity(size_t limit) {
 
 // Control tags: kind (2 bits) | group (14) | seq (24) | index (24): the sender's group rank,
 // unique per receiver and call. Error: a call's error spread to the ring neighbours
-// (engine/call.hpp, Call::spread_error). Kind 1 is the data writes' (transport::write_signal,
-// chosen by the receiver).
-// Piece: a piece of a call's data sent as a control message, where the receiver exposed no
-// memory for it (all_to_all.cpp).
+// (engine/control/ring_guard.hpp, RingGuard::spread). Kind 1 is the data writes'
+// (transport::write_signal, chosen by the receiver). Piece: a piece of a call's data sent as a
+// control message, where the receiver exposed no memory for it (all_to_all.cpp).
 enum class TagKind : uint64_t { Descriptor = 0, Error = 2, Piece = 3 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t group, uint64_t seq, uint32_t index) {

@@ -1,6 +1,6 @@
 #pragma once
 // The call descriptor's fields (call_descriptor.hpp), listed once: the serialized header, its
-// serializer and parser (call_descriptor.cpp) and the mailbox's record (eager_slots.cpp) are
+// serializer and parser (call_descriptor.cpp) and the mailbox's record (mailbox.cpp) are
 // generated from these lists, so a field added here travels everywhere, and a descriptor with a
 // field the record does not carry never travels as a record.
 //
@@ -13,7 +13,7 @@
 //   LENGTH(member)  the uint32 length of the variable part `member`.
 // RDMACOLL_DESCRIPTOR_PARTS(PART): the variable parts, in the order they follow the header.
 // RDMACOLL_DESCRIPTOR_RECORD(RECORD): the record's fields, in its layout (packed into the
-// mailbox's header line, eager_slots.hpp); inline_data rides beside it.
+// mailbox's header line, mailbox.hpp); inline_data rides beside it.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #pragma once
 // Eager slots over verbs: the control messages of a connected pair (call descriptors, and with
 // them a small call's whole chunk) go by plain RDMA WRITE into a ring of pre-registered slots at
-// the receiver, as the eager slots in shared memory do on one host (engine/control/eager_slots.hpp)
+// the receiver, as the mailbox in shared memory does on one host (engine/control/mailbox.hpp)
 // and as MVAPICH's RDMA fast path does between hosts. The receiver polls its ring's next slot in
 // progress(): no receive work request, no receive completion, no receive buffer between the wire
 // and the slot: a write's latency is below a SEND's (perftest, docs/performance.md, the code's

@@ -91,7 +91,7 @@ constexpr int kRnrRetry = 6;
 // descriptor waited behind every megabyte posted before it (RC keeps a QP's order), and the
 // NIC serves QPs side by side. Nothing relies on control following data: data is complete by
 // its immediates, and the one message that vouches for earlier writes (a ring call's error
-// report, Call::spread_error) is sent only once they have completed. On
+// report, RingGuard::spread) is sent only once they have completed. On
 // fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
 constexpr int kMaxLanes = 16;

@@ -439,7 +439,7 @@ TEST(EngineInProcess, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroup
 }
 
 // On one host past the set-up, a small call's descriptor travels as a record in the mailbox's
-// flag line (engine/control/eager_slots.hpp) and the reader rebuilds the rest from its own group: a
+// flag line (engine/control/mailbox.hpp) and the reader rebuilds the rest from its own group: a
 // rank whose sizes, dtype, operator or root differ still makes every rank raise the difference,
 // and the group goes on.
 TEST(EngineInProcess, SmallCallsThatDisagreeThroughTheMailboxRaiseTheDifferenceOnEveryRank) {

@@ -1,9 +1,9 @@
 #pragma once
-// Eager slots: per-group shared memory into which every peer stores its call descriptor (and
-// with it a small call's whole chunk), so a call on one host needs no message at all. Each
-// member allocates one region through the transport and peers map it; a sender then copies
-// its descriptor into its slot and publishes it by storing a flag, and the receiver polls its
-// own memory. This is the pre-registered-slot eager path (Open MPI's fast boxes, NCCL's LL
+// The mailbox (each member's eager slots): per-group shared memory into which every peer stores its
+// call descriptor (and with it a small call's whole chunk), so a call on one host needs no message
+// at all. Each member allocates one region through the transport and peers map it; a sender then
+// copies its descriptor into its slot and publishes it by storing a flag, and the receiver polls
+// its own memory. This is the pre-registered-slot eager path (Open MPI's fast boxes, NCCL's LL
 // buffers); UCX provides and maps the shared memory.
 //
 // Set-up rides on the group's first two calls, which use messages: call #0 carries each
@@ -45,7 +45,7 @@
 
 namespace rdmacoll::engine {
 
-class EagerSlots {
+class Mailbox {
  public:
   enum class State { Unset, Mapping, Active, Off };
   static constexpr size_t kLine = 64;

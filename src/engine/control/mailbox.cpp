@@ -1,4 +1,4 @@
-#include "engine/control/eager_slots.hpp"
+#include "engine/control/mailbox.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -43,7 +43,7 @@ class WaitingRegions {
       if (!t || !region) return true;
       for (int r = 0; r < e.p; ++r) {
         if (r != e.my_rank &&
-            EagerSlots::mapped(e.local, r, e.capacity).load(std::memory_order_acquire) == 0)
+            Mailbox::mapped(e.local, r, e.capacity).load(std::memory_order_acquire) == 0)
           return false;
       }
       t->free_mappable(region);
@@ -58,7 +58,7 @@ class WaitingRegions {
 
 }  // namespace
 
-void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine) {
+void Mailbox::annotate(transport::Transport& t, int p, size_t capacity, CallDescriptor& mine) {
   if (state_ == State::Unset) {
     WaitingRegions::instance().sweep();
     p_ = p;
@@ -80,21 +80,21 @@ void EagerSlots::annotate(transport::Transport& t, int p, size_t capacity, CallD
   }
 }
 
-void EagerSlots::unmap_peers(transport::Transport& t) {
+void Mailbox::unmap_peers(transport::Transport& t) {
   for (uint8_t* peer : peers_) {
     if (peer && peer != local_) t.unmap_remote(peer);
   }
   peers_.clear();
 }
 
-void EagerSlots::free_region(transport::Transport& t) {
+void Mailbox::free_region(transport::Transport& t) {
   if (region_) t.free_mappable(region_);
   region_.reset();
   local_ = nullptr;
   state_ = State::Off;
 }
 
-void EagerSlots::release(const std::shared_ptr<transport::Transport>& t) {
+void Mailbox::release(const std::shared_ptr<transport::Transport>& t) {
   unmap_peers(*t);
   // Active or Off: every member is past mapping (Off from Unset: nobody maps). Otherwise the
   // peers' `mapped` words say when it may go.
@@ -108,8 +108,8 @@ void EagerSlots::release(const std::shared_ptr<transport::Transport>& t) {
   WaitingRegions::instance().sweep();
 }
 
-void EagerSlots::advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
-                         const std::vector<CallDescriptor>& all) {
+void Mailbox::advance(transport::Transport& t, const std::vector<int>& members, int my_rank,
+                      const std::vector<CallDescriptor>& all) {
   const int p = static_cast<int>(members.size());
   if (state_ == State::Unset) {
     // Everyone offers a region of the same layout (the capacity follows the eager limit,
@@ -146,12 +146,12 @@ void EagerSlots::advance(transport::Transport& t, const std::vector<int>& member
       unmap_peers(t);
       free_region(t);
     }
-    log::info("eager slots for a group of " + std::to_string(p) +
+    log::info("mailbox for a group of " + std::to_string(p) +
               " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
   }
 }
 
-// The record's layout in the header line (eager_slots.hpp): the flag at 0, the length word at 8,
+// The record's layout in the header line (mailbox.hpp): the flag at 0, the length word at 8,
 // the `mapped` word at 16, then these.
 namespace {
 struct Record {
@@ -159,13 +159,11 @@ struct Record {
   RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
 #undef RDMACOLL_RECORD
 };
-static_assert(EagerSlots::kRecordAt + sizeof(Record) + EagerSlots::kRecordInline ==
-              EagerSlots::kLine);
+static_assert(Mailbox::kRecordAt + sizeof(Record) + Mailbox::kRecordInline == Mailbox::kLine);
 
 // Where a record's inline chunk of n bytes lies: the end of the header line, or the lines after.
 size_t chunk_at(size_t n) {
-  return n <= EagerSlots::kRecordInline ? EagerSlots::kLine - EagerSlots::kRecordInline
-                                        : EagerSlots::kLine;
+  return n <= Mailbox::kRecordInline ? Mailbox::kLine - Mailbox::kRecordInline : Mailbox::kLine;
 }
 
 // Which header fields the record carries.
@@ -189,7 +187,7 @@ constexpr InRecord kInRecord = [] {
 // A descriptor travels as a record when everything the record leaves out is what the reader
 // rebuilds (the call's identity) or holds its default: every other field and every variable
 // part but the inline chunk.
-bool EagerSlots::fits_record(const CallDescriptor& d, size_t capacity) {
+bool Mailbox::fits_record(const CallDescriptor& d, size_t capacity) {
   static constexpr CallDescriptor defaults{};
   bool fits = d.inline_data.size() <= capacity;
 #define RDMACOLL_FIELD(member, wire, kind)                                                    \
@@ -206,7 +204,7 @@ bool EagerSlots::fits_record(const CallDescriptor& d, size_t capacity) {
   return fits;
 }
 
-void EagerSlots::write_record(uint8_t* slot, const CallDescriptor& d) {
+void Mailbox::write_record(uint8_t* slot, const CallDescriptor& d) {
   Record r;
 #define RDMACOLL_RECORD(member) r.member = static_cast<decltype(r.member)>(d.member);
   RDMACOLL_DESCRIPTOR_RECORD(RDMACOLL_RECORD)
@@ -217,7 +215,7 @@ void EagerSlots::write_record(uint8_t* slot, const CallDescriptor& d) {
   length(slot) = kRecordBit | n;
 }
 
-bool EagerSlots::read_record(const uint8_t* slot, size_t capacity, CallDescriptor& d) {
+bool Mailbox::read_record(const uint8_t* slot, size_t capacity, CallDescriptor& d) {
   const uint64_t n = length(slot) & ~kRecordBit;
   if (n > capacity) return false;
   Record r;

@@ -1,4 +1,4 @@
-// The eager slots' layout and the record a small call's descriptor travels as: pure code,
+// The mailbox's layout and the record a small call's descriptor travels as: pure code,
 // checked without any transport.
 
 #include <gtest/gtest.h>
@@ -8,31 +8,31 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/control/eager_slots.hpp"
+#include "engine/control/mailbox.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/descriptor_fields.hpp"
 
 namespace rdmacoll::engine {
 namespace {
 
-TEST(EagerSlotsLayout, SlotsAreLineAlignedDisjointAndInsideTheRegion) {
+TEST(MailboxLayout, SlotsAreLineAlignedDisjointAndInsideTheRegion) {
   for (int p : {2, 3, 4, 16, 64}) {
     const size_t capacity = descriptor_capacity(eager_limit(p));
-    const size_t slot = EagerSlots::slot_bytes(capacity);
-    const size_t region = EagerSlots::region_bytes(p, capacity);
-    EXPECT_GE(slot, EagerSlots::kLine + capacity);
+    const size_t slot = Mailbox::slot_bytes(capacity);
+    const size_t region = Mailbox::region_bytes(p, capacity);
+    EXPECT_GE(slot, Mailbox::kLine + capacity);
     std::set<size_t> offsets;
     for (int sender = 0; sender < p; ++sender) {
       for (uint64_t seq : {0u, 1u}) {
-        const size_t off = EagerSlots::slot_offset(sender, seq, capacity);
-        EXPECT_EQ(off % EagerSlots::kLine, 0u) << "p " << p << " sender " << sender;
-        EXPECT_GE(off, EagerSlots::kLine) << "overlaps the control line";
+        const size_t off = Mailbox::slot_offset(sender, seq, capacity);
+        EXPECT_EQ(off % Mailbox::kLine, 0u) << "p " << p << " sender " << sender;
+        EXPECT_GE(off, Mailbox::kLine) << "overlaps the control line";
         EXPECT_LE(off + slot, region) << "p " << p << " sender " << sender << " seq " << seq;
         offsets.insert(off);
       }
       // Calls two apart share a slot; consecutive calls never do.
-      EXPECT_EQ(EagerSlots::slot_offset(sender, 2, capacity),
-                EagerSlots::slot_offset(sender, 0, capacity));
+      EXPECT_EQ(Mailbox::slot_offset(sender, 2, capacity),
+                Mailbox::slot_offset(sender, 0, capacity));
     }
     ASSERT_EQ(offsets.size(), static_cast<size_t>(2 * p));
     size_t prev = 0;
@@ -65,25 +65,25 @@ CallDescriptor small_call(const std::vector<uint8_t>& chunk) {
   return d;
 }
 
-TEST(EagerSlotsRecord, ASmallCallsDescriptorComesBackWithEveryFieldTheRecordCarries) {
+TEST(MailboxRecord, ASmallCallsDescriptorComesBackWithEveryFieldTheRecordCarries) {
   const size_t capacity = descriptor_capacity(eager_limit(2));
   for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{9}, size_t{64}, size_t{4096}}) {
     std::vector<uint8_t> chunk(n);
     for (size_t i = 0; i < n; ++i)
       chunk[i] = static_cast<uint8_t>(i * 7 + 3);
     const CallDescriptor d = small_call(chunk);
-    ASSERT_TRUE(EagerSlots::fits_record(d, capacity)) << n;
-    std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity), 0xAB);
-    EagerSlots::flag(slot.data()).store(17);
-    // Parity 0's `mapped` word, at 16 in the header (EagerSlots::mapped takes the region).
+    ASSERT_TRUE(Mailbox::fits_record(d, capacity)) << n;
+    std::vector<uint8_t> slot(Mailbox::slot_bytes(capacity), 0xAB);
+    Mailbox::flag(slot.data()).store(17);
+    // Parity 0's `mapped` word, at 16 in the header (Mailbox::mapped takes the region).
     auto& mapped = *reinterpret_cast<uint64_t*>(slot.data() + 16);
     mapped = 1;
-    EagerSlots::write_record(slot.data(), d);
-    EXPECT_EQ(EagerSlots::flag(slot.data()).load(), 17u) << "the flag is the caller's";
+    Mailbox::write_record(slot.data(), d);
+    EXPECT_EQ(Mailbox::flag(slot.data()).load(), 17u) << "the flag is the caller's";
     EXPECT_EQ(mapped, 1u) << "the mapped word is kept";
-    EXPECT_EQ(EagerSlots::length(slot.data()), EagerSlots::kRecordBit | n);
+    EXPECT_EQ(Mailbox::length(slot.data()), Mailbox::kRecordBit | n);
     CallDescriptor got;
-    ASSERT_TRUE(EagerSlots::read_record(slot.data(), capacity, got));
+    ASSERT_TRUE(Mailbox::read_record(slot.data(), capacity, got));
     EXPECT_EQ(got.op, d.op);
     EXPECT_EQ(got.in_dtype, d.in_dtype);
     EXPECT_EQ(got.out_dtype, d.out_dtype);
@@ -96,18 +96,18 @@ TEST(EagerSlotsRecord, ASmallCallsDescriptorComesBackWithEveryFieldTheRecordCarr
     for (size_t i = 0; i < n; ++i)
       ASSERT_EQ(got.inline_data[i], chunk[i]) << "byte " << i << " of " << n;
     // Up to 8 bytes the chunk rides in the flag's own line.
-    EXPECT_EQ(got.inline_data.data() < slot.data() + EagerSlots::kLine, n <= 8) << n;
+    EXPECT_EQ(got.inline_data.data() < slot.data() + Mailbox::kLine, n <= 8) << n;
   }
 }
 
-TEST(EagerSlotsRecord, OnlyDescriptorsTheGroupCanRebuildTravelAsRecords) {
+TEST(MailboxRecord, OnlyDescriptorsTheGroupCanRebuildTravelAsRecords) {
   const size_t capacity = 4096;
   const std::vector<uint8_t> chunk(16, 1), key(8, 2), big(capacity + 1, 3);
   const uint8_t splits[16] = {};
   auto refused = [&](auto change) {
     CallDescriptor d = small_call(chunk);
     change(d);
-    return !EagerSlots::fits_record(d, capacity);
+    return !Mailbox::fits_record(d, capacity);
   };
   EXPECT_TRUE(refused([](CallDescriptor& d) { d.ok = false; }));
   EXPECT_TRUE(refused([](CallDescriptor& d) { d.error = "bad"; }));
@@ -143,26 +143,26 @@ bool in_record(std::string_view field) {
 // Table-driven (engine/core/descriptor_fields.hpp), so a field added later is covered too: a Data
 // field the record leaves out keeps the descriptor from travelling as one, and every field the
 // record carries comes back.
-TEST(EagerSlotsRecord, EveryFieldTheRecordLeavesOutKeepsTheDescriptorOutOfIt) {
+TEST(MailboxRecord, EveryFieldTheRecordLeavesOutKeepsTheDescriptorOutOfIt) {
   const size_t capacity = 4096;
   const std::vector<uint8_t> chunk(16, 1);
-  std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity));
+  std::vector<uint8_t> slot(Mailbox::slot_bytes(capacity));
   int data_fields = 0, carried = 0;
-#define RDMACOLL_FIELD(member, wire, kind)                                                      \
-  if (FieldKind::kind == FieldKind::Data) {                                                     \
-    ++data_fields;                                                                              \
-    CallDescriptor d = small_call(chunk);                                                       \
-    d.member = changed(d.member);                                                               \
-    if (in_record(#member)) {                                                                   \
-      ++carried;                                                                                \
-      EXPECT_TRUE(EagerSlots::fits_record(d, capacity)) << #member;                             \
-      EagerSlots::write_record(slot.data(), d);                                                 \
-      CallDescriptor got;                                                                       \
-      ASSERT_TRUE(EagerSlots::read_record(slot.data(), capacity, got));                         \
-      EXPECT_EQ(got.member, d.member) << #member;                                               \
-    } else {                                                                                    \
-      EXPECT_FALSE(EagerSlots::fits_record(d, capacity)) << #member << " is not in the record"; \
-    }                                                                                           \
+#define RDMACOLL_FIELD(member, wire, kind)                                                   \
+  if (FieldKind::kind == FieldKind::Data) {                                                  \
+    ++data_fields;                                                                           \
+    CallDescriptor d = small_call(chunk);                                                    \
+    d.member = changed(d.member);                                                            \
+    if (in_record(#member)) {                                                                \
+      ++carried;                                                                             \
+      EXPECT_TRUE(Mailbox::fits_record(d, capacity)) << #member;                             \
+      Mailbox::write_record(slot.data(), d);                                                 \
+      CallDescriptor got;                                                                    \
+      ASSERT_TRUE(Mailbox::read_record(slot.data(), capacity, got));                         \
+      EXPECT_EQ(got.member, d.member) << #member;                                            \
+    } else {                                                                                 \
+      EXPECT_FALSE(Mailbox::fits_record(d, capacity)) << #member << " is not in the record"; \
+    }                                                                                        \
   }
 #define RDMACOLL_LENGTH(member)
   RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH)
@@ -172,12 +172,12 @@ TEST(EagerSlotsRecord, EveryFieldTheRecordLeavesOutKeepsTheDescriptorOutOfIt) {
   EXPECT_GT(data_fields, carried);
 }
 
-TEST(EagerSlotsRecord, AChunkLongerThanTheSlotIsRefusedByTheReader) {
+TEST(MailboxRecord, AChunkLongerThanTheSlotIsRefusedByTheReader) {
   const size_t capacity = 4096;
-  std::vector<uint8_t> slot(EagerSlots::slot_bytes(capacity), 0);
-  EagerSlots::length(slot.data()) = EagerSlots::kRecordBit | (capacity + 1);
+  std::vector<uint8_t> slot(Mailbox::slot_bytes(capacity), 0);
+  Mailbox::length(slot.data()) = Mailbox::kRecordBit | (capacity + 1);
   CallDescriptor got;
-  EXPECT_FALSE(EagerSlots::read_record(slot.data(), capacity, got));
+  EXPECT_FALSE(Mailbox::read_record(slot.data(), capacity, got));
 }
 
 }  // namespace
