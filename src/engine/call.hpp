@@ -114,13 +114,12 @@ class Call {
       body();
     } catch (const InvalidArgument&) {
       failed_ = true;
-      if (ring_ && !ring_->spreading() && !g_.broken) ring_->spread();
+      if (ring_ && !g_.broken) ring_->spread();
       if (exposed && *exposed) t_.forget_registration(**exposed);
       throw;
     } catch (...) {
       failed_ = true;
-      const bool spread = ring_ && !ring_->spreading() && !g_.broken;
-      if (spread) ring_->spread();
+      const bool spread = ring_ && !g_.broken && ring_->spread();
       if (exposed && *exposed) t_.forget_registration(**exposed);
       // A failure that a neighbour's report explains (a write the successor refused once its
       // call was over): raise the report, as the other ranks do.

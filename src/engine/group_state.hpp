@@ -96,6 +96,11 @@ class GroupState {
   engine::GroupQueue queue;      // declared last: drained (its worker joined) before the rest goes
 
   int size() const { return static_cast<int>(members.size()); }
+  // The largest chunk its calls send inline (engine::eager_limit, with its world's
+  // RDMACOLL_EAGER_LIMIT), over a transport whose control messages carry `max_message` bytes.
+  size_t eager_limit(size_t max_message) const {
+    return engine::eager_limit(size(), hosts, max_message, tuning.eager_limit);
+  }
   // Sets creation and digest (FNV-1a over the creation number and the member list).
   void set_identity(uint64_t creation_number) {
     creation = creation_number;

@@ -58,10 +58,9 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   }
   // Inline: copied into the descriptor and out of it at every peer; a chunk the transport
   // moves with one copy goes as a write instead.
-  const bool inline_path =
-      a.local_error.empty() && chunk > 0 && p > 1 && !window &&
-      chunk <= eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit) &&
-      chunk < t.single_copy_bytes();
+  const bool inline_path = a.local_error.empty() && chunk > 0 && p > 1 && !window &&
+                           chunk <= g.eager_limit(t.max_message_bytes()) &&
+                           chunk < t.single_copy_bytes();
   // Our own chunk goes out straight from the input where the transport allows (UCX): a peer
   // that reads our output slot (a CMA read on one host) takes those cache lines from us, and
   // the next call's local copy into the slot must take them back, which doubled the

@@ -82,8 +82,7 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
   // Beyond the eager limit the gather would leave the one-round path anyway, and then moving
   // (p-1)/p of the tensor twice beats moving all of it p-1 times; below it the gather wins
   // (measured: docs/performance.md, the code's thresholds).
-  if (p > 1 && static_cast<size_t>(numel) * es >
-                   eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit)) {
+  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(transport_.max_message_bytes())) {
     if (symmetric_all_reduce(*this, g, bytes, dtype, numel, op, local_error)) return;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);

@@ -47,7 +47,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
   const size_t es = element_size(dtype);
   auto* out = static_cast<uint8_t*>(out_ptr);
   const auto* in = static_cast<const uint8_t*>(in_ptr);
-  const size_t limit = eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit);
+  const size_t limit = g.eager_limit(t.max_message_bytes());
   const bool usable = local_error.empty();
   auto& in_off = g.scratch.get<all_to_all_parts::AllToAllScratch>().in_offsets;
   auto& out_off = g.scratch.get<all_to_all_parts::AllToAllScratch>().out_offsets;

@@ -146,9 +146,8 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   auto* bytes_at = static_cast<uint8_t*>(data);
   // A tensor the transport moves with one copy goes as writes, not inline; its crossover is
   // twice the all-gather's, as measured (docs/performance.md, the code's thresholds).
-  if (p > 1 &&
-      (bytes > eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit) ||
-       bytes / 2 >= transport_.single_copy_bytes())) {
+  if (p > 1 && (bytes > g.eager_limit(transport_.max_message_bytes()) ||
+                bytes / 2 >= transport_.single_copy_bytes())) {
     // In symmetric memory: the tree's and the scatter's descriptor plus the window (a member
     // whose tensor is elsewhere makes every member raise); each member reads the root's part.
     if (run_on_window(

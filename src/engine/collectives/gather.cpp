@@ -52,9 +52,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
           if (chunk > 0 && a.in != a.out) std::memcpy(a.out, a.in, chunk);
           return;
         }
-        const bool inline_path =
-            chunk > 0 &&
-            chunk <= eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit);
+        const bool inline_path = chunk > 0 && chunk <= g.eager_limit(t.max_message_bytes());
         RoundArgs args;
         args.op = a.collective;
         args.in_dtype = args.out_dtype = a.dtype;

@@ -24,8 +24,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
   const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
   const uint64_t total = static_cast<uint64_t>(numel);
   int64_t done = 0;
-  if (p > 1 && static_cast<size_t>(numel) * es >
-                   eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit)) {
+  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(transport_.max_message_bytes())) {
     auto& piece = g.scratch.get<ReduceScratch>().piece;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);

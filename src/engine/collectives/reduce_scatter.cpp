@@ -210,8 +210,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t total = static_cast<uint64_t>(n);
-  if (p > 1 && static_cast<size_t>(n) * p * es >
-                   eager_limit(p, g.hosts, transport_.max_message_bytes(), g.tuning.eager_limit)) {
+  if (p > 1 && static_cast<size_t>(n) * p * es > g.eager_limit(transport_.max_message_bytes())) {
     if (symmetric_reduce_scatter(*this, g, dst, src, dtype, n, op, local_error)) return;
     const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es));
     for (int64_t done = 0; done < n;) {

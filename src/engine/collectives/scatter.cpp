@@ -52,9 +52,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
           return;
         }
         transport::Transport& t = transport_;
-        const bool inline_path =
-            chunk > 0 &&
-            p * chunk <= eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit);
+        const bool inline_path = chunk > 0 && p * chunk <= g.eager_limit(t.max_message_bytes());
         RoundArgs args;
         args.op = CollectiveOp::Scatter;
         args.in_dtype = args.out_dtype = dtype;

@@ -288,8 +288,7 @@ CallDescriptor stamped(const GroupState& g, const CallDescriptor& in) {
 size_t ready_receive_buffers(const transport::Transport& t, GroupState& g) {
   const int p = g.size();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
-  const size_t capacity =
-      descriptor_capacity(eager_limit(p, g.hosts, t.max_message_bytes(), g.tuning.eager_limit));
+  const size_t capacity = descriptor_capacity(g.eager_limit(t.max_message_bytes()));
   if (s.receive.size() != static_cast<size_t>(p) || s.receive_capacity != capacity) {
     s.receive.assign(p, std::vector<uint8_t>(capacity));
     s.receive_capacity = capacity;

@@ -44,8 +44,8 @@ void RingGuard::check() {
   }
 }
 
-void RingGuard::spread() noexcept {
-  if (spreading_) return;
+bool RingGuard::spread() noexcept {
+  if (spreading_) return false;
   spreading_ = true;
   GroupState& g = call_.g_;
   try {
@@ -85,6 +85,7 @@ void RingGuard::spread() noexcept {
     // fail() marked the group broken, or an unexpected error did: say so.
     if (!g.broken) g.broken = "a ring neighbour did not confirm the end of a failed call";
   }
+  return true;
 }
 
 }  // namespace rdmacoll::engine

@@ -35,8 +35,9 @@ class RingGuard {
   // Sends our error to both neighbours and waits for theirs: a ring rank writes into its
   // successor's output before anyone has seen every descriptor, so the successor returns only
   // after its predecessor's report, which follows the predecessor's last write. Failing that
-  // (a dead neighbour, the deadline), the group is marked broken. Runs once; never throws.
-  void spread() noexcept;
+  // (a dead neighbour, the deadline), the group is marked broken. Runs once: false when it had
+  // already run. Never throws.
+  bool spread() noexcept;
 
  private:
   Call& call_;

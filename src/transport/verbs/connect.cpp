@@ -13,11 +13,8 @@ Bytes VerbsTransport::address(int my_rank, int world_size) {
   dev_.create_cq(cq_size_, my_rank);
   // Every QP takes its receives from one shared queue, as UCX's RC transports do; each peer is
   // granted its share when it connects (receive_credits.hpp).
-  ibv_device_attr dattr{};
-  if (ibv_query_device(dev_.ctx, &dattr) != 0)
-    throw TransportError("verbs: ibv_query_device failed: " + errno_text(errno));
   const uint64_t device_max =
-      verbs_test_hooks::receive_queue_cap(static_cast<uint64_t>(std::max(dattr.max_srq_wr, 1)));
+      verbs_test_hooks::receive_queue_cap(static_cast<uint64_t>(std::max(dev_.attr.max_srq_wr, 1)));
   receive_capacity_ = verbs_plan::receive_capacity(peers, device_max);
   grant_ = verbs_plan::grant_per_peer(peers, receive_capacity_);
   if (peers * grant_ > receive_capacity_) {

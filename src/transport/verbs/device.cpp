@@ -210,6 +210,7 @@ OpenDevice open_device(const std::string& preferred) {
       }
       out.ctx = ctx;
       out.port_attr = pa;
+      out.device_attr = dattr;
       out.choice = {true, "", name, p, gid < 0 ? 0 : gid};
       break;
     }
@@ -248,6 +249,7 @@ Device::Device(const std::string& preferred) {
   ctx = dev.ctx;
   choice = dev.choice;
   port = dev.port_attr;
+  attr = dev.device_attr;
   if (ibv_query_gid(ctx, choice.port, choice.gid_index, &gid) != 0) {
     throw TransportError("verbs: cannot read GID " + std::to_string(choice.gid_index) + " of " +
                          choice.device);
@@ -320,10 +322,8 @@ void Device::read_fabric_settings() {
   f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
   f.service_level = env_int("RDMACOLL_IB_SL", 0);
   f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
-  ibv_device_attr dattr{};
-  const uint32_t vendor = ibv_query_device(ctx, &dattr) == 0 ? dattr.vendor_id : 0;
   const int wanted_retries = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
-  f.retry_count = fabric::qp_retry_count(wanted_retries, vendor);
+  f.retry_count = fabric::qp_retry_count(wanted_retries, attr.vendor_id);
   if (f.retry_count != wanted_retries) {
     log::info("verbs: " + port_name() + " is SoftRoCE (rxe), which retries forever at retry " +
               "count 7: using " + std::to_string(f.retry_count) +

@@ -43,6 +43,7 @@ struct OpenDevice {
   ibv_context* ctx = nullptr;
   VerbsDeviceChoice choice;
   ibv_port_attr port_attr{};
+  ibv_device_attr device_attr{};
 };
 // Opens the chosen device (the caller closes ctx) or says in choice.reason why there is none.
 OpenDevice open_device(const std::string& preferred = "");
@@ -98,6 +99,7 @@ class Device {
   verbs_handles::Context ctx;
   VerbsDeviceChoice choice;
   ibv_port_attr port{};
+  ibv_device_attr attr{};  // ibv_query_device's, read once at open
   ibv_gid gid{};
   int mtu = 1;  // advertised (fabric::advertised_mtu); a pair's path takes the smaller
   FabricSettings fabric;

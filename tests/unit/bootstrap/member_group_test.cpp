@@ -49,53 +49,42 @@ TEST(MemberGroupMeeting, IdsWrapAroundInsideTheirRange) {
   EXPECT_EQ(meet_member_group(group, world, 0, 1, 3, 4, kIds, milliseconds(1000), "t").id, 8192u);
 }
 
+// A meeting of group rank `group_rank` (world rank `world_rank`, world of 4) that must be
+// refused with a message containing `needle`.
+void expect_refused(testing::MemoryStore& group, int group_rank, int group_size, int world_rank,
+                    const std::string& needle) {
+  testing::MemoryStore world;
+  try {
+    meet_member_group(group, world, group_rank, group_size, world_rank, 4, kIds, milliseconds(1000),
+                      "second");
+    ADD_FAILURE() << "taken; expected a refusal mentioning '" << needle << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 // The mistakes a member or a hostile store can make each say what is wrong.
 TEST(MemberGroupMeeting, AGroupRankClaimedTwiceAWorldRankOutOfRangeOrAForeignIdIsRefused) {
   {
     testing::MemoryStore world, group;
     meet_member_group(group, world, 0, 1, 3, 4, kIds, milliseconds(1000), "first");
-    try {
-      meet_member_group(group, world, 0, 1, 2, 4, kIds, milliseconds(1000), "second");
-      FAIL() << "a claimed group rank was taken again";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("second: group rank 0 is already claimed by world "
-                                           "rank 3"),
-                std::string::npos)
-          << e.what();
-    }
+    expect_refused(group, 0, 1, 2, "second: group rank 0 is already claimed by world rank 3");
   }
   {
-    testing::MemoryStore world, group;
+    testing::MemoryStore group;
     group.set("rdmacoll/member/1", std::string("99"));
-    try {
-      meet_member_group(group, world, 0, 2, 0, 4, kIds, milliseconds(1000), "w");
-      FAIL() << "a world rank out of range was taken";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("group rank 1 published world rank '99'"),
-                std::string::npos)
-          << e.what();
-    }
+    expect_refused(group, 0, 2, 0, "group rank 1 published world rank '99'");
   }
   {
-    testing::MemoryStore world, group;
+    testing::MemoryStore group;
     group.set("rdmacoll/member/1", std::string("0"));
-    try {
-      meet_member_group(group, world, 0, 2, 0, 4, kIds, milliseconds(1000), "w");
-      FAIL() << "a duplicate world rank was taken";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("contain a duplicate"), std::string::npos) << e.what();
-    }
+    expect_refused(group, 0, 2, 0, "contain a duplicate");
   }
   {
-    testing::MemoryStore world, group;
+    testing::MemoryStore group;
     group.set("rdmacoll/member/0", std::string("1"));
     group.set("rdmacoll/group_id", std::string("5"));
-    try {
-      meet_member_group(group, world, 1, 2, 2, 4, kIds, milliseconds(1000), "w");
-      FAIL() << "a foreign id was taken";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("the group id '5'"), std::string::npos) << e.what();
-    }
+    expect_refused(group, 1, 2, 2, "the group id '5'");
   }
 }
 
