@@ -15,15 +15,16 @@ namespace {
 
 bool same(const CallDescriptor& a, const CallDescriptor& b) {
   auto eq = [](auto x, auto y) { return std::equal(x.begin(), x.end(), y.begin(), y.end()); };
-  return a.seq == b.seq && a.group == b.group && a.rank == b.rank && a.op == b.op && a.ok == b.ok &&
-         a.in_dtype == b.in_dtype && a.out_dtype == b.out_dtype && a.in_numel == b.in_numel &&
-         a.out_numel == b.out_numel && a.out_addr == b.out_addr && a.out_bytes == b.out_bytes &&
-         a.total_numel == b.total_numel && a.reduce_op == b.reduce_op && a.root == b.root &&
-         eq(a.key, b.key) && a.error == b.error && eq(a.inline_data, b.inline_data) &&
-         a.slot_addr == b.slot_addr && eq(a.slot_key, b.slot_key) &&
-         a.slot_capacity == b.slot_capacity && a.slots_mapped == b.slots_mapped &&
-         a.global_rank == b.global_rank && a.group_size == b.group_size &&
-         a.group_creation == b.group_creation && a.group_digest == b.group_digest;
+  return a.seq == b.seq && a.group == b.group && a.rank == b.rank && a.collective == b.collective &&
+         a.ok == b.ok && a.in_dtype == b.in_dtype && a.out_dtype == b.out_dtype &&
+         a.in_numel == b.in_numel && a.out_numel == b.out_numel && a.out_addr == b.out_addr &&
+         a.out_bytes == b.out_bytes && a.total_numel == b.total_numel &&
+         a.reduce_op == b.reduce_op && a.root == b.root && eq(a.key, b.key) && a.error == b.error &&
+         eq(a.inline_data, b.inline_data) && a.slot_addr == b.slot_addr &&
+         eq(a.slot_key, b.slot_key) && a.slot_capacity == b.slot_capacity &&
+         a.slots_mapped == b.slots_mapped && a.global_rank == b.global_rank &&
+         a.group_size == b.group_size && a.group_creation == b.group_creation &&
+         a.group_digest == b.group_digest;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "bootstrap/address_envelope.hpp"
 #include "bootstrap/store_protocol.hpp"
+#include "engine/collectives/registry.hpp"
 #include "engine/control/descriptor_round.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "topology/topology.hpp"
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   d.seq = 42;
   d.group = 3;
   d.rank = 1;
-  d.op = engine::CollectiveOp::AllGather;
+  d.collective = engine::collectives::kAllGather.code;
   d.in_dtype = d.out_dtype = 7;
   d.in_numel = 1;
   d.out_numel = 4;
@@ -79,12 +80,12 @@ int main(int argc, char** argv) {
   e.ok = false;
   e.error = "output has 3 elements, expected 4";
   e.inline_data = {};
-  e.op = engine::CollectiveOp::AllReduce;
+  e.collective = engine::collectives::kAllReduce.code;
   e.reduce_op = 2;
   e.total_numel = 1 << 20;
   write(root / "call_descriptor", "rejected_all_reduce", e.serialize());
   engine::CallDescriptor s = d;
-  s.op = engine::CollectiveOp::Broadcast;
+  s.collective = engine::collectives::kBroadcast.code;
   s.root = 2;
   s.slot_addr = 0x7f0000100000;
   s.slot_key = key;

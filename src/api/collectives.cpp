@@ -9,6 +9,7 @@
 #include "api/entry.hpp"
 #include "api/staging.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/registry.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/process_group.hpp"
@@ -109,6 +110,7 @@ namespace {
 void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output,
                                 const Tensor& input) {
   engine::RoundArgs a;
+  a.collective = &engine::collectives::kAllGather;
   a.out = output.data();
   a.out_dtype = output.dtype();
   a.out_numel = output.numel();
@@ -144,6 +146,7 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
   api::Staging staging(g.scratch.get<api::ListScratch>().out,
                        static_cast<size_t>(total) * element_size(dt));
   engine::RoundArgs a;
+  a.collective = &engine::collectives::kAllGather;
   a.out = staging.data();
   a.out_dtype = dt;
   a.out_numel = total;
@@ -284,6 +287,8 @@ Work reject(Collective collective, const std::string& why, const Group& group, b
     switch (collective) {
       case Collective::AllGather: {
         engine::RoundArgs a;
+        a.collective = &engine::collectives::kAllGather;
+        a.collective = &engine::collectives::kAllGather;
         a.local_error = why;
         return e.all_gather(g, a);
       }

@@ -12,6 +12,7 @@
 #include "api/world.hpp"
 #include "bootstrap/member_group.hpp"
 #include "common/ranks.hpp"
+#include "engine/collectives/registry.hpp"
 #include "engine/core/group_factory.hpp"
 #include "engine/leaving.hpp"
 #include "rdmacoll/errors.hpp"
@@ -40,6 +41,7 @@ engine::GroupSpec member_spec(const World& ctx, const std::vector<int>& members,
   spec.generation = ctx.generation;
   spec.timeout = timeout ? *timeout : ctx.timeout;
   spec.tuning = ctx.tuning;
+  spec.collectives = engine::collectives::registry();
   return spec;
 }
 

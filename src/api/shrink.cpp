@@ -89,6 +89,7 @@ Group shrink_group(const Group& group, const std::vector<int>& excluded_ranks, S
   spec.transport = ctx.transport;
   spec.generation = ctx.generation;
   spec.tuning = g.tuning;
+  spec.collectives = g.collectives;
   spec.timeout = timeout ? *timeout : g.timeout.get();
   spec.own_engine = g.own_engine;
   spec.parent = standalone.group;

@@ -15,6 +15,7 @@
 
 #include "api/shape.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/registry.hpp"
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
 #include "rdmacoll/process_group.hpp"
@@ -31,6 +32,7 @@ std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g, const char* 
                                   const std::string& local_error = {}) {
   std::vector<int64_t> all(mine.size() * static_cast<size_t>(g.size()));
   engine::RoundArgs a;
+  a.collective = &engine::collectives::kAllGather;
   a.title = what;
   a.out = all.data();
   a.out_dtype = DType::Int64;

@@ -12,6 +12,7 @@
 #include "bootstrap/init_method.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "engine/collectives/registry.hpp"
 #include "engine/core/group_factory.hpp"
 #include "rdmacoll/errors.hpp"
 
@@ -267,6 +268,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   spec.generation = w->generation;
   spec.timeout = w->timeout;
   spec.tuning = w->tuning;
+  spec.collectives = engine::collectives::registry();
   w->world = engine::make_group(std::move(spec));
   const GroupState& g = *w->world;
   if (w->rank == 0) {

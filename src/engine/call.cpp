@@ -30,7 +30,7 @@ CallDescriptor make_descriptor(const GroupState& g, Call& call, const RoundArgs&
   d.signal_token = call.token();
   d.group = g.id;
   d.rank = g.rank;
-  d.op = a.op;
+  d.collective = a.collective->code;
   d.reduce_op = static_cast<uint8_t>(a.reduce_op);
   d.total_numel = a.total_numel;
   d.root = a.root;

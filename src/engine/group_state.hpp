@@ -13,6 +13,7 @@
 
 #include "engine/control/mailbox.hpp"
 #include "engine/core/call_descriptor.hpp"
+#include "engine/core/collective.hpp"
 #include "engine/core/scratch_arena.hpp"
 #include "engine/core/tuning.hpp"
 #include "engine/pending.hpp"
@@ -71,16 +72,17 @@ class GroupState {
   std::vector<int> host_of;     // group rank -> host index (0..hosts-1)
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   GroupTimeout timeout;
-  engine::Tuning tuning;              // its world's, read when the world was made
-  uint64_t next_seq = 0;              // calls so far; the same on every member
-  uint64_t windows_made = 0;          // windows rdmacoll::empty() made; the same on every member
-  uint64_t generation = 0;            // the init_process_group() that made it
-  int global_rank = -1;               // this process's world rank
-  uint64_t creation = 0;              // its new_group() call number (member groups: their id)
-  uint64_t digest = 0;                // of creation and members: every member's must agree
-  uint64_t shrinks = 0;               // shrink_group() calls with it as the parent
-  std::optional<std::string> broken;  // set after a failure that left ranks out of step
-  bool destroyed = false;             // destroy_group() ran: other handles can no longer call
+  engine::Tuning tuning;                // its world's, read when the world was made
+  engine::CollectiveTable collectives;  // its world's registry: names a peer's call
+  uint64_t next_seq = 0;                // calls so far; the same on every member
+  uint64_t windows_made = 0;            // windows rdmacoll::empty() made; the same on every member
+  uint64_t generation = 0;              // the init_process_group() that made it
+  int global_rank = -1;                 // this process's world rank
+  uint64_t creation = 0;                // its new_group() call number (member groups: their id)
+  uint64_t digest = 0;                  // of creation and members: every member's must agree
+  uint64_t shrinks = 0;                 // shrink_group() calls with it as the parent
+  std::optional<std::string> broken;    // set after a failure that left ranks out of step
+  bool destroyed = false;               // destroy_group() ran: other handles can no longer call
   // shrink_group(ShrinkMode::AbortParent) gave it up: its running call fails now.
   std::atomic<bool> abandoned{false};
   // Expired once destroy_process_group() took the transport (which freed everything itself).

@@ -26,7 +26,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
-  const char* name = a.title ? a.title : collective_name(a.op);
+  const char* name = a.title ? a.title : a.collective->name;
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
   transport::Transport& t = e.transport();
@@ -52,7 +52,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   // code's thresholds).
   size_t window_offset = 0;
   std::shared_ptr<Window> window;
-  if (a.op == CollectiveOp::AllGather && a.local_error.empty() && p > 1 &&
+  if (a.collective == &collectives::kAllGather && a.local_error.empty() && p > 1 &&
       chunk >= kWindowMinBytes) {
     window = find_window(&g, g.digest, out, out_bytes, window_offset);
   }

@@ -25,7 +25,7 @@ RoundArgs reduction_round(void* out, const void* in, DType dtype, int p, int64_t
   a.in_dtype = dtype;
   a.in_numel = n;
   a.local_error = local_error;
-  a.op = CollectiveOp::AllReduce;
+  a.collective = &collectives::kAllReduce;
   a.reduce_op = op;
   a.total_numel = static_cast<uint64_t>(total_numel);
   return a;
@@ -88,7 +88,7 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;
       reduce_scatter_round(*this, g,
-                           {CollectiveOp::AllReduce, base, m * es, base + g.rank * m * es, dtype, m,
+                           {collectives::kAllReduce, base, m * es, base + g.rank * m * es, dtype, m,
                             op, static_cast<uint64_t>(numel), local_error});
       // In place: our reduced piece is our own slot of the output.
       all_gather(g, reduction_round(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m,

@@ -72,7 +72,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
           return;
         }
         RoundArgs args;
-        args.op = CollectiveOp::AllToAll;
+        args.collective = &collectives::kAllToAll;
         args.in_dtype = args.out_dtype = dtype;
         args.in_numel = static_cast<int64_t>(in_bytes / es);
         args.out_numel = static_cast<int64_t>(out_bytes / es);

@@ -22,7 +22,7 @@ void Engine::barrier(GroupState& g, const std::string& local_error) {
     mine.seq = call.seq();
     mine.group = g.id;
     mine.rank = g.rank;
-    mine.op = CollectiveOp::Barrier;
+    mine.collective = collectives::kBarrier.code;
     mine.ok = local_error.empty();
     mine.error = local_error;
     const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);

@@ -135,7 +135,7 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   const int p = g.size();
   const size_t bytes = static_cast<size_t>(numel) * element_size(dtype);
   RoundArgs a;
-  a.op = CollectiveOp::Broadcast;
+  a.collective = &collectives::kBroadcast;
   a.out = data;
   a.in = data;
   a.in_dtype = a.out_dtype = dtype;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/collectives/registry.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
 #include "engine/engine.hpp"
@@ -63,7 +64,7 @@ void all_gather(Engine& e, GroupState& g, const RoundArgs& a);
 // reduce_scatter.cpp: one round of a reduce-scatter, piece j being m elements at
 // in + j * stride bytes; all_reduce's first phase runs it too.
 struct ReduceScatterRound {
-  CollectiveOp collective;  // what the descriptors say: AllReduce or ReduceScatter
+  const Collective& collective;  // what the descriptors say: all_reduce or reduce_scatter
   const uint8_t* in;
   size_t stride;
   uint8_t* out;  // m elements; may be our own piece of `in`
@@ -78,8 +79,8 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& ro
 // gather.cpp: one gather of n elements per member into the root's out (p x n); reduce's
 // rounds run it too, with their own collective, length and operator in the descriptors.
 struct GatherRound {
-  CollectiveOp collective;  // Gather or Reduce
-  uint8_t* out;             // the root's; its own chunk is copied unless `in` is already there
+  const Collective& collective;  // gather or reduce
+  uint8_t* out;                  // the root's; its own chunk is copied unless `in` is already there
   const uint8_t* in;
   DType dtype;
   int64_t n;

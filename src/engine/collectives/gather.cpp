@@ -36,7 +36,7 @@ void check_paths(const Call& call, const std::vector<CallDescriptor>& all, int r
 }  // namespace
 
 void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
-  const char* name = collective_name(a.collective);
+  const char* name = a.collective.name;
   check_usable(g, name);
   transport::Transport& t = e.transport();
   const int p = g.size();
@@ -54,7 +54,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
         }
         const bool inline_path = chunk > 0 && chunk <= g.eager_limit(t.max_message_bytes());
         RoundArgs args;
-        args.op = a.collective;
+        args.collective = &a.collective;
         args.in_dtype = args.out_dtype = a.dtype;
         args.in_numel = a.n;
         args.out_numel = static_cast<int64_t>(p) * a.n;
@@ -126,7 +126,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
 void Engine::gather(GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
                     const std::string& local_error) {
   gather_round(*this, g,
-               {CollectiveOp::Gather, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in),
+               {collectives::kGather, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in),
                 dtype, n, root, ReduceOp::Sum, static_cast<uint64_t>(n), local_error});
 }
 

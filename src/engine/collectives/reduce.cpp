@@ -37,8 +37,8 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
       }
       reduce_scatter_round(
           *this, g,
-          {CollectiveOp::Reduce, base, piece_bytes, out, dtype, m, op, total, local_error});
-      gather_round(*this, g, {CollectiveOp::Reduce, base, out, dtype, m, root, op, total, ""});
+          {collectives::kReduce, base, piece_bytes, out, dtype, m, op, total, local_error});
+      gather_round(*this, g, {collectives::kReduce, base, out, dtype, m, root, op, total, ""});
       done += p * m;
     }
     if (done == numel) return;
@@ -49,7 +49,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
     const size_t need = g.rank == root ? static_cast<size_t>(p) * n * es : 0;
     if (scratch.size() < need) scratch.resize(need);
     gather_round(*this, g,
-                 {CollectiveOp::Reduce, scratch.data(), bytes + done * es, dtype, n, root, op,
+                 {collectives::kReduce, scratch.data(), bytes + done * es, dtype, n, root, op,
                   total, local_error});
     if (g.rank == root && n > 0 && local_error.empty()) {
       reduce_chunks(bytes + done * es, scratch.data(), dtype, op, p, static_cast<size_t>(n));

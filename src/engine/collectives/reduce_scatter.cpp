@@ -25,7 +25,7 @@ constexpr size_t kRoundBytes = 4u << 20;
 // length and the operator, so every disagreement raises on every rank.
 CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const ReduceScatterRound& a) {
   RoundArgs args;
-  args.op = a.collective;
+  args.collective = &a.collective;
   args.reduce_op = a.op;
   args.total_numel = a.total_numel;
   args.local_error = a.local_error;
@@ -40,7 +40,7 @@ CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const Redu
 // one), from one of two send buffers that alternate (a step reuses one once the write from
 // two steps back has completed). Intermediate folds of an AVG are sums; the last divides.
 void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) {
-  const char* name = collective_name(a.collective);
+  const char* name = a.collective.name;
   check_usable(g, name);
   transport::Transport& t = e.transport();
   Call call(t, g, name, e.spin());
@@ -112,7 +112,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
 // sizes, dtypes, the operator and local errors are checked on every rank before anything is
 // written.
 void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a) {
-  const char* name = collective_name(a.collective);
+  const char* name = a.collective.name;
   check_usable(g, name);
   transport::Transport& t = e.transport();
   Call call(t, g, name, e.spin());
@@ -171,13 +171,13 @@ bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint
   const size_t es = element_size(dtype);
   const size_t piece = static_cast<size_t>(n) * es;
   return run_on_window(
-      e, g, collective_name(CollectiveOp::ReduceScatter), in, piece * g.size(), local_error,
+      e, g, collectives::kReduceScatter.name, in, piece * g.size(), local_error,
       [&](Call& call) {
         // The ordinary path's first round's descriptor plus the window, so a member whose input
         // is not in the window makes every member raise that, whatever the sizes.
         const int64_t m = std::min(n, static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es)));
         return make_round_descriptor(g, call,
-                                     {CollectiveOp::ReduceScatter, in, piece, out, dtype, m, op,
+                                     {collectives::kReduceScatter, in, piece, out, dtype, m, op,
                                       static_cast<uint64_t>(n), local_error});
       },
       [&](const Window& w, size_t offset) {
@@ -216,7 +216,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
     for (int64_t done = 0; done < n;) {
       const int64_t m = std::min(per_piece, n - done);
       reduce_scatter_round(*this, g,
-                           {CollectiveOp::ReduceScatter, src + done * es, n * es, dst + done * es,
+                           {collectives::kReduceScatter, src + done * es, n * es, dst + done * es,
                             dtype, m, op, total, local_error});
       done += m;
     }
@@ -227,7 +227,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   const size_t whole = static_cast<size_t>(n) * p * es;
   if (scratch.size() < p * whole) scratch.resize(p * whole);
   RoundArgs a = reduction_round(scratch.data(), in, dtype, p, n * p, op, n, local_error);
-  a.op = CollectiveOp::ReduceScatter;
+  a.collective = &collectives::kReduceScatter;
   all_gather(g, a);
   if (n == 0) return;
   const int rank = g.rank;

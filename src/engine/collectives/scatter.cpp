@@ -54,7 +54,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         transport::Transport& t = transport_;
         const bool inline_path = chunk > 0 && p * chunk <= g.eager_limit(t.max_message_bytes());
         RoundArgs args;
-        args.op = CollectiveOp::Scatter;
+        args.collective = &collectives::kScatter;
         args.in_dtype = args.out_dtype = dtype;
         args.in_numel = static_cast<int64_t>(p) * n;
         args.out_numel = n;

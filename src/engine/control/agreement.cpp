@@ -23,10 +23,12 @@ std::string describe_args(const CallDescriptor& d) {
 // Why ranks a and b (group ranks) disagree on the collective, or nullopt.
 std::optional<std::string> collective_differs(const Call& call, int a, const CallDescriptor& da,
                                               int b, const CallDescriptor& db) {
-  if (da.op == db.op) return std::nullopt;
+  if (da.collective == db.collective) return std::nullopt;
+  const CollectiveTable& table = call.group().collectives;
   return "ranks called different collectives: rank " + std::to_string(call.global(a)) + " " +
-         collective_name(da.op) + ", rank " + std::to_string(call.global(b)) + " " +
-         collective_name(db.op) + "; every member must call the same collectives in the same order";
+         table.name(da.collective) + ", rank " + std::to_string(call.global(b)) + " " +
+         table.name(db.collective) +
+         "; every member must call the same collectives in the same order";
 }
 
 }  // namespace
@@ -49,8 +51,10 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
                                             int b, const CallDescriptor& db) {
   const std::string ra = std::to_string(call.global(a));
   const std::string rb = std::to_string(call.global(b));
-  // all_to_all's lengths differ by rank; its splits are checked pair by pair (all_to_all.cpp).
-  const bool same_lengths = da.op != CollectiveOp::AllToAll;
+  // The collective's rules: the same for both, as collective_differs checked first. A code no
+  // row has gets the strictest.
+  const Collective* row = call.group().collectives.find(da.collective);
+  const bool same_lengths = !row || row->same_lengths;  // else its file checks its lengths
   if (db.in_dtype != da.in_dtype || db.out_dtype != da.out_dtype ||
       (same_lengths && (db.in_numel != da.in_numel || db.out_numel != da.out_numel))) {
     return "ranks disagree: rank " + ra + " has " + describe_args(da) + ", rank " + rb + " has " +
@@ -62,9 +66,9 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
            "; every rank must pass the same sizes and dtypes";
   }
   if (db.root != da.root) {
-    return std::string("ranks disagree on the ") + collective_name(da.op) + "'s root: rank " + ra +
-           " names group rank " + std::to_string(da.root) + ", rank " + rb + " group rank " +
-           std::to_string(db.root);
+    return std::string("ranks disagree on the ") + call.group().collectives.name(da.collective) +
+           "'s root: rank " + ra + " names group rank " + std::to_string(da.root) + ", rank " + rb +
+           " group rank " + std::to_string(db.root);
   }
   // A collective stores into the members' symmetric memory only when all name the same place.
   if (db.window != da.window || db.window_offset != da.window_offset) {
@@ -81,10 +85,7 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
   // Same sizes but not the same path: the eager limit differs between ranks (it can only be
   // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
   // (Rooted collectives and all_to_all inline on some ranks only; their files check the paths.)
-  const bool every_rank_inlines = da.op == CollectiveOp::AllGather ||
-                                  da.op == CollectiveOp::AllReduce ||
-                                  da.op == CollectiveOp::ReduceScatter;
-  if (every_rank_inlines && db.inline_data.empty() != da.inline_data.empty()) {
+  if (row && row->every_rank_inlines && db.inline_data.empty() != da.inline_data.empty()) {
     const bool a_inline = !da.inline_data.empty();
     return "ranks disagree on the eager path: rank " + (a_inline ? ra : rb) +
            " sent its chunk inline, rank " + (a_inline ? rb : ra) +

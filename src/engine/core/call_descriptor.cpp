@@ -32,30 +32,6 @@ void view(std::string_view& text, const uint8_t* p, size_t n) {
 
 }  // namespace
 
-const char* collective_name(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::AllGather:
-      return "all_gather_into_tensor";
-    case CollectiveOp::Barrier:
-      return "barrier";
-    case CollectiveOp::AllReduce:
-      return "all_reduce";
-    case CollectiveOp::ReduceScatter:
-      return "reduce_scatter_tensor";
-    case CollectiveOp::Broadcast:
-      return "broadcast";
-    case CollectiveOp::Gather:
-      return "gather";
-    case CollectiveOp::Scatter:
-      return "scatter";
-    case CollectiveOp::Reduce:
-      return "reduce";
-    case CollectiveOp::AllToAll:
-      return "all_to_all";
-  }
-  return "a collective";
-}
-
 size_t eager_limit(int p, int hosts, size_t max_message, std::optional<size_t> forced) {
   if (forced) return std::min(*forced, max_message / 2);
   const size_t per_peer = (size_t{1} << 20) / static_cast<size_t>(std::max(p, 1));

@@ -19,25 +19,12 @@
 
 namespace rdmacoll::engine {
 
-enum class CollectiveOp : uint8_t {
-  AllGather = 1,
-  Barrier = 2,
-  AllReduce = 3,
-  ReduceScatter = 4,
-  Broadcast = 5,
-  Gather = 6,
-  Scatter = 7,
-  Reduce = 8,
-  AllToAll = 9
-};
-const char* collective_name(CollectiveOp op);  // "all_gather_into_tensor", "barrier", ...
-
 struct CallDescriptor {
   uint64_t seq = 0;
   uint32_t group = 0;
-  int32_t rank = -1;  // group rank of the sender
-  CollectiveOp op = CollectiveOp::AllGather;
-  bool ok = true;  // false: the sender rejected its own arguments; `error` says why
+  int32_t rank = -1;       // group rank of the sender
+  uint8_t collective = 0;  // the call's Collective::code (core/collective.hpp)
+  bool ok = true;          // false: the sender rejected its own arguments; `error` says why
   // A rooted exchange's verdict (control_plane.hpp, exchange_rooted): the root refused the call
   // for the reason in `error`; what its members raise, and whether the root's group broke.
   enum class Refusal : uint8_t { None = 0, InvalidArgument = 1, TransportError = 2 };

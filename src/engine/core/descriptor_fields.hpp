@@ -23,7 +23,7 @@
   FIELD(group, uint32_t, Call)                    \
   FIELD(seq, uint64_t, Call)                      \
   FIELD(rank, int32_t, Call)                      \
-  FIELD(op, uint8_t, Data)                        \
+  FIELD(collective, uint8_t, Data)                \
   FIELD(ok, uint8_t, Data)                        \
   FIELD(in_dtype, uint8_t, Data)                  \
   FIELD(out_dtype, uint8_t, Data)                 \
@@ -60,7 +60,7 @@
   PART(inline_data)
 
 #define RDMACOLL_DESCRIPTOR_RECORD(RECORD) \
-  RECORD(op)                               \
+  RECORD(collective)                       \
   RECORD(in_dtype)                         \
   RECORD(out_dtype)                        \
   RECORD(reduce_op)                        \

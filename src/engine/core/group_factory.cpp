@@ -41,6 +41,7 @@ std::shared_ptr<GroupState> make_group(GroupSpec spec) {
   g->rank = me == g->members.end() ? -1 : static_cast<int>(me - g->members.begin());
   g->set_identity(spec.creation);
   g->tuning = spec.tuning;
+  g->collectives = spec.collectives;
   apply_topology(*g, spec.placements);
   g->transport = std::move(spec.transport);
   g->generation = spec.generation;

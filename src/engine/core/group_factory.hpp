@@ -24,6 +24,7 @@ struct GroupSpec {
   uint64_t generation = 0;  // the init_process_group() that made its world
   std::chrono::milliseconds timeout{0};
   Tuning tuning;                             // its world's (a default one: every choice automatic)
+  CollectiveTable collectives;               // the registry (collectives/registry.hpp)
   Engine* own_engine = nullptr;              // a standalone world's (GroupState::own_engine)
   std::shared_ptr<const GroupState> parent;  // a shrunk group's (GroupState::parent)
 };

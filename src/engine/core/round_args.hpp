@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/core/call_descriptor.hpp"
+#include "engine/core/collective.hpp"
 #include "rdmacoll/types.hpp"
 
 namespace rdmacoll::engine {
@@ -24,7 +24,7 @@ struct RoundArgs {
   std::string local_error;
   // What the descriptors say the call is, so that ranks that disagree (or call different
   // collectives) raise on every rank.
-  CollectiveOp op = CollectiveOp::AllGather;
+  const Collective* collective = nullptr;  // its row (collectives/registry.hpp); never null
   ReduceOp reduce_op = ReduceOp::Sum;
   uint64_t total_numel = 0;
   int root = 0;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/collectives/registry.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "inprocess_world.hpp"
@@ -48,6 +49,7 @@ void gather_checked(RankContext& c, int64_t n, int call) {
   for (int64_t i = 0; i < c.p * n; ++i)
     out.set(i, -1);
   RoundArgs a;
+  a.collective = &collectives::kAllGather;
   a.out = out.data();
   a.out_dtype = DType::Float32;
   a.out_numel = out.numel();
@@ -473,6 +475,34 @@ TEST(EngineInProcess, SmallCallsThatDisagreeThroughTheMailboxRaiseTheDifferenceO
       raises("root", "root", [&] {
         c.engine.broadcast(c.group, t.data(), DType::Float32, 2, odd ? 0 : c.p - 1, "");
       });
+    });
+  }
+}
+
+// The descriptors carry each call's code from the registry (collectives/registry.hpp): a rank
+// that calls another collective makes every rank raise with both calls' names, first through
+// the exchange and then through the mailbox.
+TEST(EngineInProcess, RanksThatCallDifferentCollectivesRaiseBothNamesOnEveryRank) {
+  for (int p : {2, 3, 5}) {
+    run_world(p, hosts_for(p, 0), [](RankContext& c) {
+      const bool odd = c.rank == c.p - 1;
+      for (int k = 0; k < 4; ++k) {  // the mailbox takes over from the third call
+        Tensor t = zeros({2}, DType::Float32);
+        try {
+          if (odd) {
+            c.engine.all_reduce(c.group, t.data(), DType::Float32, 2, ReduceOp::Sum, "");
+          } else {
+            gather_checked(c, 2, 0);
+          }
+          check(false, "no error");
+        } catch (const InvalidArgument& e) {
+          const std::string want =
+              "rank 0 all_gather_into_tensor, rank " + std::to_string(c.p - 1) + " all_reduce";
+          check(std::string(e.what()).find(want) != std::string::npos,
+                "names both calls (" + want + "): " + e.what());
+        }
+        gather_checked(c, 3, k);
+      }
     });
   }
 }

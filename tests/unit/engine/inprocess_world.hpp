@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/collectives/registry.hpp"
 #include "engine/core/group_factory.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
@@ -38,6 +39,7 @@ inline std::shared_ptr<GroupState> world_group(const std::shared_ptr<transport::
   }
   spec.transport = t;
   spec.timeout = std::chrono::seconds(60);
+  spec.collectives = collectives::registry();
   return make_group(std::move(spec));
 }
 

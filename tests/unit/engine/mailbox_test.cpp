@@ -52,7 +52,7 @@ CallDescriptor small_call(const std::vector<uint8_t>& chunk) {
   CallDescriptor d;
   d.seq = 7;
   d.rank = 1;
-  d.op = CollectiveOp::AllReduce;
+  d.collective = 3;  // all_reduce
   d.in_dtype = 3;
   d.out_dtype = 4;
   d.reduce_op = 2;
@@ -84,7 +84,7 @@ TEST(MailboxRecord, ASmallCallsDescriptorComesBackWithEveryFieldTheRecordCarries
     EXPECT_EQ(Mailbox::length(slot.data()), Mailbox::kRecordBit | n);
     CallDescriptor got;
     ASSERT_TRUE(Mailbox::read_record(slot.data(), capacity, got));
-    EXPECT_EQ(got.op, d.op);
+    EXPECT_EQ(got.collective, d.collective);
     EXPECT_EQ(got.in_dtype, d.in_dtype);
     EXPECT_EQ(got.out_dtype, d.out_dtype);
     EXPECT_EQ(got.reduce_op, d.reduce_op);
