@@ -24,7 +24,8 @@ void check_usable(const GroupState& g, const char* op) {
   }
 }
 
-CallDescriptor make_descriptor(const GroupState& g, Call& call, const RoundArgs& a) {
+CallDescriptor make_descriptor(Call& call, const RoundArgs& a) {
+  const GroupState& g = call.group();
   CallDescriptor d;
   d.seq = call.seq();
   d.signal_token = call.token();

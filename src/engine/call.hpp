@@ -98,7 +98,10 @@ class Call {
   std::vector<Pending>& sends() { return sends_; }
 
   int global(int group_rank) const { return g_.members[group_rank]; }
+  // The call's context: what every step of it works with, so steps take the call alone.
   const GroupState& group() const { return g_; }
+  GroupState& group() { return g_; }
+  transport::Transport& transport() const { return t_; }
 
   // Ring-step mode (control/ring_guard.hpp): from now on errors spread to and from the ring
   // neighbours, group ranks `pred` and `succ`.
@@ -303,7 +306,7 @@ class SourceView final : public transport::MemoryRegion {
 
 // Our descriptor for `call` from the collective's arguments: sizes, dtypes, operator, root and
 // local error (no addresses or inline data yet).
-CallDescriptor make_descriptor(const GroupState& g, Call& call, const RoundArgs& a);
+CallDescriptor make_descriptor(Call& call, const RoundArgs& a);
 
 // Throws InvalidArgument for a non-member or a group broken by an earlier failure.
 void check_usable(const GroupState& g, const char* op);

@@ -21,18 +21,17 @@ namespace {
 constexpr size_t kWindowMinBytes = 1024;
 constexpr size_t kWindowBlockFrom = 2u << 20;
 constexpr size_t kWindowBlockBytes = 16u << 10;
-void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs& a,
-            std::shared_ptr<transport::MemoryRegion>& region, bool& stored);
+void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
+            bool& stored);
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
   const char* name = a.title ? a.title : a.collective->name;
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
-  transport::Transport& t = e.transport();
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
   bool stored = false;  // symmetric memory: every member stored into every output
-  call.run([&] { gather(t, g, call, a, region, stored); }, &region);
+  call.run([&] { gather(call, a, region, stored); }, &region);
   // The peers' stores land in outputs their owners read once they return: none returns before
   // every member has stored.
   if (stored) e.barrier(g);
@@ -40,8 +39,10 @@ void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
 
 namespace {
 
-void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs& a,
-            std::shared_ptr<transport::MemoryRegion>& region, bool& stored) {
+void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
+            bool& stored) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   const size_t chunk = static_cast<size_t>(a.in_numel) * element_size(a.out_dtype);
   const size_t out_bytes = static_cast<size_t>(a.out_numel) * element_size(a.out_dtype);
@@ -93,7 +94,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   }
 
   transport::Bytes key;
-  CallDescriptor mine = make_descriptor(g, call, a);
+  CallDescriptor mine = make_descriptor(call, a);
   // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
   // round, no registration, no data phase. Every rank decides alike (same chunk size, same
   // limit); a rank whose sizes differ is caught by check_descriptors either way.
@@ -151,7 +152,7 @@ void gather(transport::Transport& t, GroupState& g, Call& call, const RoundArgs&
   // never posted would stay pending at the writer, its message unreceived for a later call.
   if (ring) plan_steps();
   const std::vector<CallDescriptor>& all = exchange_descriptors(
-      t, g, call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
+      call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
   if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
   check_descriptors(call, all);
   if (chunk == 0) return;

@@ -46,7 +46,7 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
       e, g, "all_reduce", data, static_cast<size_t>(numel) * es, local_error,
       [&](Call& call) {
         return make_descriptor(
-            g, call, reduction_round(data, data, dtype, 1, numel, op, numel, local_error));
+            call, reduction_round(data, data, dtype, 1, numel, op, numel, local_error));
       },
       [&](const Window& w, size_t offset) {
         const int64_t base = numel / p, extra = numel % p;

@@ -77,7 +77,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         args.in_numel = static_cast<int64_t>(in_bytes / es);
         args.out_numel = static_cast<int64_t>(out_bytes / es);
         args.local_error = local_error;
-        CallDescriptor mine = make_descriptor(g, call, args);
+        CallDescriptor mine = make_descriptor(call, args);
         auto& splits = g.scratch.get<all_to_all_parts::AllToAllScratch>().splits;
         splits.clear();
         transport::Bytes key;
@@ -109,7 +109,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
             region = expose_target(t, mine, out, out_bytes, key);
           }
         }
-        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+        const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
         if (!usable) throw InvalidArgument(call.where() + ": " + local_error);
         check_descriptors(call, all);
         for (int r = 0; r < p; ++r) {
@@ -125,7 +125,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
           pairs = pairs || all[r].splits.empty();
         if (!pairs) {
           check_splits(call, all, p);
-        } else if (const std::string why = exchange_pairs(t, g, call, in_splits, out_splits);
+        } else if (const std::string why = exchange_pairs(call, in_splits, out_splits);
                    !why.empty()) {
           reject(call, why);
         }
@@ -139,7 +139,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
         if (bruck && out_bytes > 0 &&
             out_bytes / static_cast<size_t>(p) * static_cast<size_t>(p / 2) <=
                 t.max_message_bytes()) {
-          bruck_rounds(t, g, call, out, in, out_bytes / static_cast<size_t>(p));
+          bruck_rounds(call, out, in, out_bytes / static_cast<size_t>(p));
           return;
         }
         // Elements ahead of our piece in member r's input, and in its output.

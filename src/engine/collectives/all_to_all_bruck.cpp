@@ -20,8 +20,9 @@ bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_m
 // Bruck's rounds (schedule/bruck_all_to_all.hpp): log p steps of one control message each way,
 // the slots staged in the group's scratch. Receives are posted up front: each step's sender is
 // a different member, so the pieces' tags (index: the sender) stay apart.
-void bruck_rounds(transport::Transport& t, GroupState& g, Call& call, uint8_t* out,
-                  const uint8_t* in, size_t piece) {
+void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   const int me = g.rank;
   const std::vector<schedule::SlotStep> steps = schedule::bruck_all_to_all(p, me);

@@ -91,8 +91,7 @@ static_assert(sizeof(PairSizes) == kPairWords * kWord);
 // splits. Two rounds of p - 1 messages of 32 bytes, in place of 16p^2 bytes in descriptors.
 // Returns the disagreement ("" if none), the same on every rank; the sizes stay in the group's
 // scratch for pair_from().
-std::string exchange_pairs(transport::Transport& t, GroupState& g, Call& call,
-                           const std::vector<int64_t>& in_splits,
+std::string exchange_pairs(Call& call, const std::vector<int64_t>& in_splits,
                            const std::vector<int64_t>& out_splits);
 // The first pair round's message from member r.
 PairSizes pair_from(GroupState& g, int r);
@@ -104,7 +103,6 @@ PairSizes pair_from(GroupState& g, int r);
 bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_message,
                   const std::optional<schedule::Algorithm>& forced);
 // Bruck's rounds (schedule/bruck_all_to_all.hpp) for pieces of `piece` bytes, into `out`.
-void bruck_rounds(transport::Transport& t, GroupState& g, Call& call, uint8_t* out,
-                  const uint8_t* in, size_t piece);
+void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece);
 
 }  // namespace rdmacoll::engine::all_to_all_parts

@@ -75,9 +75,10 @@ void check_splits(const Call& call, const std::vector<CallDescriptor>& all, int 
   }
 }
 
-std::string exchange_pairs(transport::Transport& t, GroupState& g, Call& call,
-                           const std::vector<int64_t>& in_splits,
+std::string exchange_pairs(Call& call, const std::vector<int64_t>& in_splits,
                            const std::vector<int64_t>& out_splits) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   const int me = g.rank;
   // Our sizes to each member at [j], each member's to us at [p + r], each member's finding at

@@ -25,7 +25,7 @@ void Engine::barrier(GroupState& g, const std::string& local_error) {
     mine.collective = collectives::kBarrier.code;
     mine.ok = local_error.empty();
     mine.error = local_error;
-    const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
     check_same_collective(call, all);
     check_rejections(call, all);

@@ -48,11 +48,11 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
       [&] {
         const int p = g.size();
         transport::Bytes key;
-        CallDescriptor mine = make_descriptor(g, call, a);
+        CallDescriptor mine = make_descriptor(call, a);
         if (mine.ok) {
           region = expose_target(t, mine, data, bytes, key);
         }
-        const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+        const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
         if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
         check_descriptors(call, all);
         check_same_path(call, all, false);
@@ -91,11 +91,11 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs&
     call.run(
         [&] {
           transport::Bytes key;
-          CallDescriptor mine = make_descriptor(g, call, a);
+          CallDescriptor mine = make_descriptor(call, a);
           if (mine.ok) {
             region = expose_target(t, mine, data, bytes, key);
           }
-          const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+          const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
           if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
           check_descriptors(call, all);
           check_same_path(call, all, false);
@@ -152,7 +152,7 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
     // whose tensor is elsewhere makes every member raise); each member reads the root's part.
     if (run_on_window(
             *this, g, "broadcast", data, bytes, local_error,
-            [&](Call& call) { return make_descriptor(g, call, a); },
+            [&](Call& call) { return make_descriptor(call, a); },
             [&](const Window& w, size_t offset) {
               if (g.rank != root)
                 std::memcpy(w.base[g.rank] + offset, w.base[root] + offset, bytes);
@@ -170,9 +170,9 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
       if (!local_error.empty()) throw InvalidArgument(call.where() + ": " + local_error);
       return;
     }
-    CallDescriptor mine = make_descriptor(g, call, a);
+    CallDescriptor mine = make_descriptor(call, a);
     if (mine.ok && g.rank == root) mine.inline_data = {bytes_at, bytes};
-    const std::vector<CallDescriptor>& all = exchange_descriptors(transport_, g, call, mine);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
     check_descriptors(call, all);
     check_same_path(call, all, true);

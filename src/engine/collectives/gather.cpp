@@ -62,7 +62,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
         args.reduce_op = a.op;
         args.total_numel = a.total_numel;
         args.local_error = a.local_error;
-        CallDescriptor mine = make_descriptor(g, call, args);
+        CallDescriptor mine = make_descriptor(call, args);
         transport::Bytes key;
         DataPhase& data = g.scratch.get<DataPhase>();
         WritePlan& plan = data.plan;  // one step: a write from each member to the root
@@ -94,7 +94,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
                                  " inline bytes, expected " + std::to_string(chunk));
           }
         };
-        const std::vector<CallDescriptor>& all = exchange_rooted(t, g, call, mine, a.root, verdict);
+        const std::vector<CallDescriptor>& all = exchange_rooted(call, mine, a.root, verdict);
         if (chunk == 0) return;
         if (root) {  // our own chunk only now: a refused call writes nothing
           if (a.in != a.out + a.root * chunk) std::memcpy(a.out + a.root * chunk, a.in, chunk);

@@ -23,7 +23,8 @@ constexpr size_t kRoundBytes = 4u << 20;
 
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
-CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const ReduceScatterRound& a) {
+CallDescriptor make_round_descriptor(Call& call, const ReduceScatterRound& a) {
+  const GroupState& g = call.group();
   RoundArgs args;
   args.collective = &a.collective;
   args.reduce_op = a.op;
@@ -32,7 +33,7 @@ CallDescriptor make_round_descriptor(const GroupState& g, Call& call, const Redu
   args.in_dtype = args.out_dtype = a.dtype;
   args.in_numel = a.m;
   args.out_numel = static_cast<int64_t>(g.size()) * a.m;
-  return make_descriptor(g, call, args);
+  return make_descriptor(call, args);
 }
 
 // The ring (schedule/reduce_scatter.hpp) with one-sided writes: each step's partial sum goes
@@ -54,7 +55,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     const size_t in_span = (p - 1) * a.stride + piece;
     std::shared_ptr<transport::MemoryRegion> region, input_region, acc_region;
     transport::Bytes key;
-    CallDescriptor mine = make_round_descriptor(g, call, a);
+    CallDescriptor mine = make_round_descriptor(call, a);
     if (mine.ok) {
       region = expose_target(t, mine, slots, (p - 1) * piece, key);
       if (t.needs_registered_source()) {
@@ -83,7 +84,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     // successor's descriptor comes back (all_gather.cpp, call.hpp).
     if (mine.ok) steps.expect_all(*region);
     const std::vector<CallDescriptor>& all = exchange_descriptors(
-        t, g, call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
+        call, mine, mine.ok ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     const SourceView input_view(const_cast<uint8_t*>(a.in), in_span);
@@ -126,14 +127,14 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     std::shared_ptr<transport::MemoryRegion> source;  // transports that read registered memory only
     const size_t in_span = (p - 1) * a.stride + piece;
     transport::Bytes key;
-    CallDescriptor mine = make_round_descriptor(g, call, a);
+    CallDescriptor mine = make_round_descriptor(call, a);
     if (mine.ok) {
       region = expose_target(t, mine, slots, p * piece, key);
       if (t.needs_registered_source()) {
         source = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
       }
     }
-    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     // One step: piece j of our input to rank j's scratch at our slot; theirs into ours.
@@ -176,9 +177,8 @@ bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint
         // The ordinary path's first round's descriptor plus the window, so a member whose input
         // is not in the window makes every member raise that, whatever the sizes.
         const int64_t m = std::min(n, static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es)));
-        return make_round_descriptor(g, call,
-                                     {collectives::kReduceScatter, in, piece, out, dtype, m, op,
-                                      static_cast<uint64_t>(n), local_error});
+        return make_round_descriptor(call, {collectives::kReduceScatter, in, piece, out, dtype, m,
+                                            op, static_cast<uint64_t>(n), local_error});
       },
       [&](const Window& w, size_t offset) {
         fold_members(g, w, offset + static_cast<size_t>(g.rank) * piece, out, dtype, op,

@@ -61,7 +61,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
         args.root = root_rank;
         args.total_numel = static_cast<uint64_t>(n);
         args.local_error = local_error;
-        CallDescriptor mine = make_descriptor(g, call, args);
+        CallDescriptor mine = make_descriptor(call, args);
         transport::Bytes key;
         DataPhase& data = g.scratch.get<DataPhase>();
         WritePlan& plan = data.plan;  // one step: the root's write to each member
@@ -90,8 +90,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
                                  "'s output of " + std::to_string(all[j].out_bytes) + " bytes");
           }
         };
-        const std::vector<CallDescriptor>& all =
-            exchange_rooted(t, g, call, mine, root_rank, verdict);
+        const std::vector<CallDescriptor>& all = exchange_rooted(call, mine, root_rank, verdict);
         if (chunk == 0) return;
         if (!root) {
           if (inline_path) {

@@ -26,7 +26,7 @@ bool run_on_window(Engine& e, GroupState& g, const char* name, const void* tenso
     CallDescriptor mine = describe(call);
     mine.window = w->id;
     mine.window_offset = offset;
-    check_descriptors(call, exchange_descriptors(t, g, call, mine));
+    check_descriptors(call, exchange_descriptors(call, mine));
     body(*w, offset);
     done = true;
   });

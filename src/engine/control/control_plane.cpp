@@ -40,7 +40,9 @@ constexpr std::memory_order kSleepingLoad =
 
 // Rings the doorbell of every peer asleep on this call's slots (Dekker with Call::wait_slots:
 // either it sees our flag, or we see its `sleeping` word).
-void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t flag) {
+void wake_sleepers(Call& call, uint64_t flag) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   const Mailbox& slots = g.mailbox;
   if constexpr (!kTsan) {
@@ -64,8 +66,8 @@ void wake_sleepers(transport::Transport& t, GroupState& g, Call& call, uint64_t 
 // (measured: the fence's instruction took 78% of exchange_descriptors' samples at 8 B on
 // 2 ranks). It cannot deadlock: every rank stores all its flags before it waits, so the last
 // rank to store finds every flag present at once and wakes everyone asleep.
-const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& t, GroupState& g,
-                                                          Call& call, const CallDescriptor& mine) {
+const std::vector<CallDescriptor>& exchange_through_slots(Call& call, const CallDescriptor& mine) {
+  GroupState& g = call.group();
   const int p = g.size();
   const Mailbox& slots = g.mailbox;
   const uint64_t seq = call.seq();
@@ -87,12 +89,12 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
   } catch (...) {
     // A peer may still be asleep on our flag: wake it rather than leave it to its deadline.
     try {
-      wake_sleepers(t, g, call, flag);
+      wake_sleepers(call, flag);
     } catch (...) {
     }
     throw;
   }
-  wake_sleepers(t, g, call, flag);
+  wake_sleepers(call, flag);
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(p);
   s.descriptors[g.rank] = mine;
@@ -120,7 +122,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
       d.group_digest = g.digest;
     } else {
       if (bytes > slots.capacity()) throw claims_too_much();
-      s.descriptors[peer] = parse_one(g, call, peer, slot + Mailbox::kLine, bytes);
+      s.descriptors[peer] = parse_one(call, peer, slot + Mailbox::kLine, bytes);
     }
   }
   return s.descriptors;
@@ -136,8 +138,10 @@ const std::vector<CallDescriptor>& exchange_through_slots(transport::Transport& 
 // that round is the ring step (descriptor_messages.hpp, RingStep), whose checks find it.
 // Returns the successor's group rank once its descriptor is parsed into the scratch (ring-step
 // mode), else -1.
-int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t capacity,
-                    Rounds kind, const CallDescriptor& mine, DescriptorsNeeded needed) {
+int exchange_rounds(Call& call, size_t capacity, Rounds kind, const CallDescriptor& mine,
+                    DescriptorsNeeded needed) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
   const bool rd = kind == Rounds::RecursiveDoubling;
@@ -148,7 +152,7 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
   RoundHooks hooks;
   int succ = -1;
   if (ring_step) {
-    succ = watch_ring(g, call).succ;
+    succ = watch_ring(call).succ;
     hooks = ring_step_hooks(g, call, mine, succ, [&] {
       if (needed != DescriptorsNeeded::Successor) return true;
       s.descriptors[g.rank] = mine;
@@ -156,7 +160,7 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
       return false;
     });
   }
-  run_rounds(t, g, call, sched, 0, sched.steps.size(), capacity, RoundTags::Pieces, hooks);
+  run_rounds(call, sched, 0, sched.steps.size(), capacity, RoundTags::Pieces, hooks);
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   call.recvs().resize(recvs_before);
@@ -165,22 +169,23 @@ int exchange_rounds(transport::Transport& t, GroupState& g, Call& call, size_t c
 
 }  // namespace
 
-const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t, GroupState& g,
-                                                        Call& call, const CallDescriptor& mine_in,
+const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDescriptor& mine_in,
                                                         DescriptorsNeeded needed) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.seen_only = -1;
   CallDescriptor mine = stamped(g, mine_in);
-  if (g.mailbox.active()) return exchange_through_slots(t, g, call, mine);
+  if (g.mailbox.active()) return exchange_through_slots(call, mine);
   const size_t capacity = ready_receive_buffers(t, g);
   g.mailbox.annotate(t, p, capacity, mine);
   mine.serialize_into(s.send, capacity);
   if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
-    const int parsed = exchange_rounds(t, g, call, capacity, kind, mine, needed);
+    const int parsed = exchange_rounds(call, capacity, kind, mine, needed);
     if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
-        parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data(), parsed);
+        parse_descriptors(call, mine, s.incoming.data(), s.incoming_lengths.data(), parsed);
     g.mailbox.advance(t, g.members, g.rank, all);
     return all;
   }
@@ -219,7 +224,7 @@ const std::vector<CallDescriptor>& exchange_descriptors(transport::Transport& t,
     s.incoming_lengths[pr.peer] = pr.req->length();
   }
   call.recvs().resize(recvs_before);
-  const auto& all = parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data());
+  const auto& all = parse_descriptors(call, mine, s.incoming.data(), s.incoming_lengths.data());
   g.mailbox.advance(t, g.members, g.rank, all);
   return all;
 }

@@ -24,8 +24,7 @@ enum class DescriptorsNeeded { All, Successor };
 // (scratch.seen_only says so; check_descriptors then checks that pair). The result lives in
 // the group's scratch: valid until its next call.
 const std::vector<CallDescriptor>& exchange_descriptors(
-    transport::Transport& t, GroupState& g, Call& call, const CallDescriptor& mine,
-    DescriptorsNeeded needed = DescriptorsNeeded::All);
+    Call& call, const CallDescriptor& mine, DescriptorsNeeded needed = DescriptorsNeeded::All);
 
 // The checks a rooted call's root runs on every descriptor before anyone writes: it throws
 // (InvalidArgument through reject(), or TransportError) to refuse the call.
@@ -41,8 +40,7 @@ using Verdict = std::function<void(const std::vector<CallDescriptor>&)>;
 // the descriptors are all-gathered and every rank runs `verdict`.
 // Either way a rank that rejected its arguments raises that first, and on return the entries of
 // `root` and this rank are valid (every entry on the root).
-const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, GroupState& g,
-                                                   Call& call, const CallDescriptor& mine, int root,
+const std::vector<CallDescriptor>& exchange_rooted(Call& call, const CallDescriptor& mine, int root,
                                                    const Verdict& verdict);
 
 }  // namespace rdmacoll::engine

@@ -14,7 +14,8 @@
 namespace rdmacoll::engine {
 
 // Parses and checks one peer's descriptor of this call; views `data`.
-CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* data, size_t length) {
+CallDescriptor parse_one(Call& call, int peer, const uint8_t* data, size_t length) {
+  GroupState& g = call.group();
   CallDescriptor d = CallDescriptor::parse(data, length);
   if (d.group_digest != g.digest) {
     // Nothing was written yet, but the ranks hold different groups under one id: no later
@@ -42,17 +43,17 @@ CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* dat
 // but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
 // buffers or mailbox): valid until the group's next call.
-const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
-                                                     const CallDescriptor& mine,
+const std::vector<CallDescriptor>& parse_descriptors(Call& call, const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
                                                      const size_t* lengths, int parsed) {
+  GroupState& g = call.group();
   const int p = g.size();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(p);
   s.descriptors[g.rank] = mine;
   for (int peer = 0; peer < p; ++peer) {
     if (peer == g.rank || peer == parsed) continue;
-    s.descriptors[peer] = parse_one(g, call, peer, messages[peer], lengths[peer]);
+    s.descriptors[peer] = parse_one(call, peer, messages[peer], lengths[peer]);
   }
   return s.descriptors;
 }
@@ -122,8 +123,10 @@ uint32_t round_index(RoundTags tags, int sender, uint32_t piece, int p) {
 }  // namespace
 
 // Sends the descriptors of group ranks `chunks` to `to`.
-void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
-                const std::vector<int>& chunks, std::vector<uint8_t>& out, RoundTags tags) {
+void send_round(Call& call, int to, const std::vector<int>& chunks, std::vector<uint8_t>& out,
+                RoundTags tags) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   std::vector<size_t>& starts = s.round_pieces;
   pack_round(
@@ -147,8 +150,10 @@ void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
 
 // Receives the descriptors of group ranks `chunks` from `from`; a message that is not one the
 // sender could have packed fails the call.
-void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
-                   const std::vector<int>& chunks, size_t capacity, RoundTags tags) {
+void receive_round(Call& call, int from, const std::vector<int>& chunks, size_t capacity,
+                   RoundTags tags) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const int p = g.size();
   const int n = static_cast<int>(chunks.size());
@@ -201,9 +206,9 @@ void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
   }
 }
 
-void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
-                size_t first, size_t end, size_t capacity, RoundTags tags,
-                const RoundHooks& hooks) {
+void run_rounds(Call& call, const schedule::Schedule& sched, size_t first, size_t end,
+                size_t capacity, RoundTags tags, const RoundHooks& hooks) {
+  GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   std::vector<int>& chunks = s.round_chunks;
   for (size_t k = first; k < end; ++k) {
@@ -211,18 +216,19 @@ void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedu
     const schedule::Step& step = sched.steps[k];
     if (!step.sends.empty()) {
       const int to = step.sends.front().peer;
-      send_round(t, g, call, to, chunks_with(step.sends, to, chunks), s.round_send[k], tags);
+      send_round(call, to, chunks_with(step.sends, to, chunks), s.round_send[k], tags);
     }
     if (hooks.sent) hooks.sent(k);
     if (!step.recvs.empty()) {
       const int from = step.recvs.front().peer;
-      receive_round(t, g, call, from, chunks_with(step.recvs, from, chunks), capacity, tags);
+      receive_round(call, from, chunks_with(step.recvs, from, chunks), capacity, tags);
     }
     if (hooks.received && !hooks.received(k)) return;
   }
 }
 
-RingStep watch_ring(GroupState& g, Call& call) {
+RingStep watch_ring(Call& call) {
+  GroupState& g = call.group();
   const schedule::Step& ring = service_schedule(g, schedule::ServiceRounds::Bruck).steps.front();
   RingStep r{ring.sends.front().peer, ring.recvs.front().peer};
   call.watch_neighbours(r.pred, r.succ);
@@ -231,16 +237,18 @@ RingStep watch_ring(GroupState& g, Call& call) {
 
 namespace {
 
-void leave_if_rejected(GroupState& g, Call& call, const CallDescriptor& mine) {
+void leave_if_rejected(Call& call, const CallDescriptor& mine) {
+  GroupState& g = call.group();
   if (mine.ok) return;
   call.note_error(rejected_arguments(call, g.rank, mine));
   throw InvalidArgument(call.where() + ": " + std::string(mine.error));
 }
 
-void check_successor(GroupState& g, Call& call, const CallDescriptor& mine, int succ) {
+void check_successor(Call& call, const CallDescriptor& mine, int succ) {
+  GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   s.descriptors.resize(g.size());
-  s.descriptors[succ] = parse_one(g, call, succ, s.incoming[succ], s.incoming_lengths[succ]);
+  s.descriptors[succ] = parse_one(call, succ, s.incoming[succ], s.incoming_lengths[succ]);
   check_pair(call, g.rank, mine, succ, s.descriptors[succ]);
 }
 
@@ -250,11 +258,11 @@ RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine
                            std::function<bool()> after_check) {
   RoundHooks hooks;
   hooks.sent = [&g, &call, &mine](size_t round) {
-    if (round == 0) leave_if_rejected(g, call, mine);
+    if (round == 0) leave_if_rejected(call, mine);
   };
   hooks.received = [&g, &call, &mine, succ, after = std::move(after_check)](size_t round) {
     if (round != 0) return true;
-    check_successor(g, call, mine, succ);
+    check_successor(call, mine, succ);
     return after();
   };
   return hooks;

@@ -20,14 +20,13 @@
 namespace rdmacoll::engine {
 
 // Parses and checks one peer's descriptor of this call; views `data`.
-CallDescriptor parse_one(GroupState& g, Call& call, int peer, const uint8_t* data, size_t length);
+CallDescriptor parse_one(Call& call, int peer, const uint8_t* data, size_t length);
 
 // Parses and checks every peer's descriptor of this call (index = group rank; ours is `mine`),
 // but `parsed`'s, already in the scratch (the ring step's look at the successor), if >= 0.
 // The result lives in the group's scratch and views the buffers the messages arrived in (receive
 // buffers or mailbox): valid until the group's next call.
-const std::vector<CallDescriptor>& parse_descriptors(GroupState& g, Call& call,
-                                                     const CallDescriptor& mine,
+const std::vector<CallDescriptor>& parse_descriptors(Call& call, const CallDescriptor& mine,
                                                      const uint8_t* const* messages,
                                                      const size_t* lengths, int parsed = -1);
 
@@ -68,14 +67,12 @@ std::vector<int>& chunks_with(const std::vector<schedule::Transfer>& transfers, 
 
 // Sends the descriptors of group ranks `chunks` (in scratch.incoming) to `to`, as one message
 // or several (engine/control/descriptor_round.hpp); sends not yet done join call.sends().
-void send_round(transport::Transport& t, GroupState& g, Call& call, int to,
-                const std::vector<int>& chunks, std::vector<uint8_t>& out,
+void send_round(Call& call, int to, const std::vector<int>& chunks, std::vector<uint8_t>& out,
                 RoundTags tags = RoundTags::Pieces);
 
 // Receives the descriptors of group ranks `chunks` from `from` into the scratch; a message that
 // is not one the sender could have packed fails the call.
-void receive_round(transport::Transport& t, GroupState& g, Call& call, int from,
-                   const std::vector<int>& chunks, size_t capacity,
+void receive_round(Call& call, int from, const std::vector<int>& chunks, size_t capacity,
                    RoundTags tags = RoundTags::Pieces);
 
 // What a walk does between a round's send and its receive (`sent`), and after the receive
@@ -89,9 +86,8 @@ struct RoundHooks {
 // ring check, the rooted rounds): runs steps [first, end) of `sched`, each sending to at most
 // one peer and receiving from at most one, moving the serialized descriptors in
 // scratch.incoming. Sends not yet done stay in call.sends().
-void run_rounds(transport::Transport& t, GroupState& g, Call& call, const schedule::Schedule& sched,
-                size_t first, size_t end, size_t capacity, RoundTags tags = RoundTags::Pieces,
-                const RoundHooks& hooks = {});
+void run_rounds(Call& call, const schedule::Schedule& sched, size_t first, size_t end,
+                size_t capacity, RoundTags tags = RoundTags::Pieces, const RoundHooks& hooks = {});
 
 // The ring step: Bruck's first round in the group's ring order, our descriptor to the ring
 // predecessor and the successor's to us. Where ranks may part after it (a ring all-gather needs
@@ -104,7 +100,7 @@ struct RingStep {
   int succ = -1;
 };
 // Watches the neighbours (call.watch_neighbours) and returns them.
-RingStep watch_ring(GroupState& g, Call& call);
+RingStep watch_ring(Call& call);
 // The ring step's checks as a walk's hooks on its round 0. After the send, a rank that rejected
 // its arguments leaves, once its predecessor has them, before its own wait, where a neighbour's
 // report of the same mistake could come first: it raises its own words. After the receive, the

@@ -57,9 +57,10 @@ bool rooted_rounds_pay(GroupState& g, size_t capacity) {
 
 }  // namespace
 
-const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, GroupState& g,
-                                                   Call& call, const CallDescriptor& mine_in,
+const std::vector<CallDescriptor>& exchange_rooted(Call& call, const CallDescriptor& mine_in,
                                                    int root, const Verdict& verdict) {
+  transport::Transport& t = call.transport();
+  GroupState& g = call.group();
   const int p = g.size();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const CallDescriptor mine = stamped(g, mine_in);
@@ -77,7 +78,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
              (mode == DescriptorExchange::Rooted || rooted_rounds_pay(g, capacity));
   }
   if (!rooted) {  // the mailbox, or the slots still coming up (they need every descriptor)
-    const std::vector<CallDescriptor>& all = exchange_descriptors(t, g, call, mine_in);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine_in);
     own_error();
     verdict(all);
     return all;
@@ -92,12 +93,12 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   // agrees with us.
   {
     const RoundHooks ring =
-        ring_step_hooks(g, call, mine, watch_ring(g, call).succ, [] { return true; });
+        ring_step_hooks(g, call, mine, watch_ring(call).succ, [] { return true; });
     const schedule::Schedule& bruck = service_schedule(g, schedule::ServiceRounds::Bruck);
-    run_rounds(t, g, call, bruck, 0, 1, capacity, RoundTags::RingCheck, ring);
+    run_rounds(call, bruck, 0, 1, capacity, RoundTags::RingCheck, ring);
   }
   const size_t levels = sched.steps.size() / 2;
-  run_rounds(t, g, call, sched, 0, levels, capacity);  // up to the root
+  run_rounds(call, sched, 0, levels, capacity);  // up to the root
 
   // The root judges; a refusal goes down in place of its descriptor.
   std::exception_ptr refused;
@@ -111,7 +112,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
       reason = refusal_reason(call, e);
     };
     try {
-      verdict(parse_descriptors(g, call, mine, s.incoming.data(), s.incoming_lengths.data()));
+      verdict(parse_descriptors(call, mine, s.incoming.data(), s.incoming_lengths.data()));
     } catch (const InvalidArgument& e) {
       refuse(CallDescriptor::Refusal::InvalidArgument, e);
     } catch (const TransportError& e) {
@@ -128,7 +129,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
       s.incoming_lengths[g.rank] = refusal_bytes.size();
     }
   }
-  run_rounds(t, g, call, sched, levels, sched.steps.size(), capacity);  // and back down
+  run_rounds(call, sched, levels, sched.steps.size(), capacity);  // and back down
   call.wait(call.sends(), 0, call.sends().size());
   call.sends().clear();
   call.recvs().resize(recvs_before);
@@ -138,7 +139,7 @@ const std::vector<CallDescriptor>& exchange_rooted(transport::Transport& t, Grou
   }
   s.descriptors.assign(p, CallDescriptor{});
   s.descriptors[g.rank] = mine;
-  const CallDescriptor d = parse_one(g, call, root, s.incoming[root], s.incoming_lengths[root]);
+  const CallDescriptor d = parse_one(call, root, s.incoming[root], s.incoming_lengths[root]);
   if (d.refused != CallDescriptor::Refusal::None) {
     const std::string reason(d.error);
     call.note_error(reason);
