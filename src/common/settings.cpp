@@ -14,20 +14,27 @@ namespace rdmacoll::settings {
 
 namespace {
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kDayMs = 24ull * 3600 * 1000;
 
 Spec choice_spec(std::string_view name, Scope scope, std::vector<std::string_view> choices,
                  std::string_view help) {
-  Spec s{name, Type::Choice, scope, choices.front(), 0, 0, std::move(choices), help};
+  Spec s{name, Type::Choice, scope, std::string(choices.front()), 0, 0, std::move(choices), help};
   return s;
 }
 Spec count_spec(std::string_view name, Scope scope, std::string_view dflt, uint64_t min,
                 uint64_t max, std::string_view help) {
-  return Spec{name, Type::Count, scope, dflt, min, max, {}, help};
+  return Spec{name, Type::Count, scope, std::string(dflt), min, max, {}, help};
+}
+// A Number's spec: its default shown as the README shows sizes ("1 MiB", "2048").
+Spec number_spec(const Number& n, Scope scope, std::string_view help) {
+  const std::string shown_default = n.value >= kMiB && n.value % kMiB == 0
+                                        ? std::to_string(n.value / kMiB) + " MiB"
+                                        : std::to_string(n.value);
+  Spec s{n.name, Type::Count, scope, shown_default, n.min, n.max, {}, help};
+  return s;
 }
 Spec text_spec(std::string_view name, Scope scope, std::string_view dflt, std::string_view help) {
-  return Spec{name, Type::Text, scope, dflt, 0, 0, {}, help};
+  return Spec{name, Type::Text, scope, std::string(dflt), 0, 0, {}, help};
 }
 
 std::vector<Spec> make_registry() {
@@ -103,26 +110,24 @@ std::vector<Spec> make_registry() {
                         "one"));
   r.push_back(count_spec("RDMACOLL_IB_TC", Scope::Rank, "sysfs or 0", 0, 255,
                          "traffic class (DSCP << 2; 106 for DSCP 26)"));
-  r.push_back(count_spec("RDMACOLL_IB_SL", Scope::Rank, "0", 0, 15, "service level"));
-  r.push_back(count_spec("RDMACOLL_IB_TIMEOUT", Scope::Rank, "20", 1, 31,
-                         "ACK timeout exponent (4.096 us x 2^n)"));
-  r.push_back(count_spec("RDMACOLL_IB_RETRY_CNT", Scope::Rank, "7", 0, 7, "ACK retries"));
+  r.push_back(number_spec(kIbServiceLevel, Scope::Rank, "service level"));
+  r.push_back(number_spec(kIbAckTimeout, Scope::Rank, "ACK timeout exponent (4.096 us x 2^n)"));
+  r.push_back(number_spec(kIbRetryCount, Scope::Rank, "ACK retries"));
   r.push_back(choice_spec("RDMACOLL_IB_MTU", Scope::Rank,
                           {"auto", "256", "512", "1024", "2048", "4096"},
                           "largest path MTU (bytes) of this rank's QPs; a pair uses the smaller of "
                           "its two ranks' (`auto`: the port's active MTU)"));
-  r.push_back(count_spec("RDMACOLL_IB_CHUNK", Scope::Rank, "1 MiB", 4096, 1024 * kMiB,
-                         "largest RDMA write (bytes); bigger chunks go as several"));
-  r.push_back(count_spec("RDMACOLL_IB_QPS_PER_PEER", Scope::Job, "1", 1, 16,
-                         "data QPs per peer a write's pieces are dealt over (control messages "
-                         "have one of their own)"));
+  r.push_back(number_spec(kIbChunk, Scope::Rank,
+                          "largest RDMA write (bytes); bigger chunks go as several"));
+  r.push_back(number_spec(kIbQpsPerPeer, Scope::Job,
+                          "data QPs per peer a write's pieces are dealt over (control messages "
+                          "have one of their own)"));
   r.push_back(choice_spec("RDMACOLL_IB_ADAPTIVE_ROUTING", Scope::Rank, {"0", "1"},
                           "1: each QP's last piece of a write goes as a plain RDMA WRITE and a "
                           "zero-byte WRITE WITH IMM after it (fabrics with adaptive routing)"));
-  r.push_back(count_spec("RDMACOLL_IB_EAGER_SLOTS", Scope::Rank, "8", 0, 64,
-                         "slots of the verbs write ring per connected peer (0: SENDs only)"));
-  r.push_back(count_spec("RDMACOLL_MR_CACHE_MB", Scope::Rank, "2048", 0, uint64_t{1} << 30,
-                         "registration cache size (MiB)"));
+  r.push_back(number_spec(kIbEagerSlots, Scope::Rank,
+                          "slots of the verbs write ring per connected peer (0: SENDs only)"));
+  r.push_back(number_spec(kMrCacheMb, Scope::Rank, "registration cache size (MiB)"));
   r.push_back(choice_spec("RDMACOLL_FORK_INIT", Scope::Rank, {"auto", "0", "1"},
                           "`auto`: ibv_fork_init only on kernels before 5.13; `1` forces it, `0` "
                           "never calls it"));
@@ -134,8 +139,7 @@ std::vector<Spec> make_registry() {
                    "rdmacoll-run: ranks report progress lines"));
   hook(count_spec("RDMACOLL_TEST_MAX_MESSAGE", Scope::Job, "none", 4096, UINT64_MAX,
                   "caps UCX control messages as verbs caps them"));
-  hook(count_spec("RDMACOLL_TEST_QP_DELAY_MS", Scope::Rank, "0", 0, 600'000,
-                  "verbs: delay the first QP transition"));
+  hook(number_spec(kTestQpDelayMs, Scope::Rank, "verbs: delay the first QP transition"));
   hook(count_spec("RDMACOLL_TEST_QP_DELAY_RANK", Scope::Rank, "none", 0, 1u << 24,
                   "the rank RDMACOLL_TEST_QP_DELAY_MS delays"));
   hook(count_spec("RDMACOLL_TEST_SRQ_RECEIVES", Scope::Rank, "the device's", 17, 8192,
@@ -195,6 +199,10 @@ std::string choice(std::string_view name) {
 uint64_t count(std::string_view name, uint64_t fallback) {
   const Spec& s = spec(name);
   return env_uint(std::string(name).c_str(), fallback, s.min, s.max);
+}
+
+uint64_t count(const Number& n) {
+  return count(n.name, n.value);
 }
 
 std::chrono::milliseconds duration(std::string_view name, std::chrono::milliseconds fallback) {

@@ -20,12 +20,31 @@ enum class Type { Choice, Count, Duration, Text };
 // raises, naming each rank's value, when they differ.
 enum class Scope { Rank, Job };
 
+// A Count whose default and bounds are plain numbers, stated here once: the registry takes them
+// from here, readers get the default from count(name), and code that sizes arrays by a bound
+// names it at compile time.
+struct Number {
+  std::string_view name;
+  uint64_t value;  // the default
+  uint64_t min;
+  uint64_t max;
+};
+inline constexpr uint64_t kMiB = uint64_t{1} << 20;
+inline constexpr Number kIbServiceLevel{"RDMACOLL_IB_SL", 0, 0, 15};
+inline constexpr Number kIbAckTimeout{"RDMACOLL_IB_TIMEOUT", 20, 1, 31};
+inline constexpr Number kIbRetryCount{"RDMACOLL_IB_RETRY_CNT", 7, 0, 7};
+inline constexpr Number kIbChunk{"RDMACOLL_IB_CHUNK", kMiB, 4096, 1024 * kMiB};
+inline constexpr Number kIbQpsPerPeer{"RDMACOLL_IB_QPS_PER_PEER", 1, 1, 16};
+inline constexpr Number kIbEagerSlots{"RDMACOLL_IB_EAGER_SLOTS", 8, 0, 64};
+inline constexpr Number kMrCacheMb{"RDMACOLL_MR_CACHE_MB", 2048, 0, uint64_t{1} << 30};
+inline constexpr Number kTestQpDelayMs{"RDMACOLL_TEST_QP_DELAY_MS", 0, 0, 600'000};
+
 struct Spec {
   std::string_view name;
   Type type;
   Scope scope;
-  std::string_view default_text;  // as the documentation shows it
-  uint64_t min = 0;               // Count: bounds; Duration: bounds in ms
+  std::string default_text;  // as the documentation shows it
+  uint64_t min = 0;          // Count: bounds; Duration: bounds in ms
   uint64_t max = 0;
   std::vector<std::string_view> choices;  // Choice: the first is the default
   std::string_view help;
@@ -44,6 +63,8 @@ std::optional<std::string> text(std::string_view name);
 std::string choice(std::string_view name);
 // A Count in the registry's bounds; `fallback` when unset (may lie outside them: "none").
 uint64_t count(std::string_view name, uint64_t fallback);
+// A Count whose default is a number (a Number's): that default when unset.
+uint64_t count(const Number& n);
 // A Duration in the registry's bounds (seconds, or with a unit: ms, s, m, h); `fallback` when
 // unset.
 std::chrono::milliseconds duration(std::string_view name, std::chrono::milliseconds fallback);

@@ -320,9 +320,9 @@ void Device::read_fabric_settings() {
   FabricSettings f;
   const int sysfs_tc = sysfs_traffic_class(choice.device, choice.port);
   f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
-  f.service_level = env_int("RDMACOLL_IB_SL", 0);
-  f.timeout = env_int("RDMACOLL_IB_TIMEOUT", kQpTimeout);
-  const int wanted_retries = env_int("RDMACOLL_IB_RETRY_CNT", kRetryCount);
+  f.service_level = static_cast<int>(settings::count(settings::kIbServiceLevel));
+  f.timeout = static_cast<int>(settings::count(settings::kIbAckTimeout));
+  const int wanted_retries = static_cast<int>(settings::count(settings::kIbRetryCount));
   f.retry_count = fabric::qp_retry_count(wanted_retries, attr.vendor_id);
   if (f.retry_count != wanted_retries) {
     log::info("verbs: " + port_name() + " is SoftRoCE (rxe), which retries forever at retry " +

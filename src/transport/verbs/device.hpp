@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.hpp"
 #include "rdmacoll/errors.hpp"
 #include "transport/verbs/fabric.hpp"
 #include "transport/verbs/handles.hpp"
@@ -50,8 +51,8 @@ OpenDevice open_device(const std::string& preferred = "");
 
 // Slow fabrics (SoftRoCE under emulation) need a long ACK timeout: 4.096 us * 2^20 = 4.3 s.
 // RDMACOLL_IB_TIMEOUT and RDMACOLL_IB_RETRY_CNT override them (NCCL_IB_TIMEOUT's meaning).
-constexpr int kQpTimeout = 20;
-constexpr int kRetryCount = 7;
+constexpr int kQpTimeout = static_cast<int>(settings::kIbAckTimeout.value);
+constexpr int kRetryCount = static_cast<int>(settings::kIbRetryCount.value);
 
 // What the fabric asks of our QPs: traffic class and SL (lossless RoCE classes ride on them),
 // the P_Key index, GRH, timeouts. Logged at info with the GID, for `ibv_devinfo` and

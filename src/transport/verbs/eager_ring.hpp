@@ -46,6 +46,8 @@
 #include <optional>
 #include <span>
 
+#include "common/settings.hpp"
+
 namespace rdmacoll::transport::eager_ring {
 
 constexpr size_t kHeaderBytes = 24;
@@ -56,8 +58,8 @@ constexpr size_t kSlotBytes = 4352;
 constexpr size_t kMaxPayload = kSlotBytes - kHeaderBytes - kTrailerBytes;
 // Slots per peer (RDMACOLL_IB_EAGER_SLOTS): a call sends one or two messages to a peer, and a
 // credit comes back every half ring, so eight keep a pair of back-to-back callers off SENDs.
-constexpr int kDefaultSlots = 8;
-constexpr int kMaxSlots = 64;
+constexpr int kDefaultSlots = static_cast<int>(settings::kIbEagerSlots.value);
+constexpr int kMaxSlots = static_cast<int>(settings::kIbEagerSlots.max);
 // The immediate of a ring (the wake-up): bit 23, which the data writes' immediates leave
 // clear.
 constexpr uint32_t kImm = uint32_t{1} << 23;

@@ -17,7 +17,7 @@ void delay_first_connection(int my_rank) {
   bool first = false;
   std::call_once(once, [&] { first = true; });
   if (!first) return;
-  const uint64_t ms = settings::count("RDMACOLL_TEST_QP_DELAY_MS", 0);
+  const uint64_t ms = settings::count(settings::kTestQpDelayMs);
   const uint64_t rank = settings::count("RDMACOLL_TEST_QP_DELAY_RANK", UINT64_MAX);
   if (!ms || rank != static_cast<uint64_t>(my_rank)) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));

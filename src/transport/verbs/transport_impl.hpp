@@ -69,7 +69,7 @@ using verbs_device::OpenDevice;
 using verbs_device::registration_error;
 using verbs_device::sysfs_traffic_class;
 
-constexpr size_t kMaxWrite = size_t{1} << 30;
+constexpr size_t kMaxWrite = settings::kIbChunk.max;
 static_assert(eager_ring::kMaxPayload >= kCtrlBytes - 8, "every control message fits a slot");
 // Data path, after NCCL's net_ib and UCX's uct/ib: control messages up to kWantInline bytes go
 // inside the work request (no DMA read of a send buffer) where the device offers it.
@@ -94,28 +94,25 @@ constexpr int kRnrRetry = 6;
 // report, RingGuard::spread) is sent only once they have completed. On
 // fabrics that hash flows per QP (RoCE ECMP, adaptive routing) and NICs with several engines,
 // one QP per peer caps a pair at one path (NCCL_IB_QPS_PER_CONNECTION for the same reason).
-constexpr int kMaxLanes = 16;
-// RDMACOLL_IB_CHUNK: the largest RDMA write (default 1 MiB); bigger chunks go as several,
+constexpr int kMaxLanes = static_cast<int>(settings::kIbQpsPerPeer.max);
+// RDMACOLL_IB_CHUNK: the largest RDMA write; bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 inline size_t write_piece_bytes() {
-  static_assert(kMaxWrite == size_t{1} << 30, "RDMACOLL_IB_CHUNK's registered maximum");
-  return settings::count("RDMACOLL_IB_CHUNK", size_t{1} << 20);
+  return settings::count(settings::kIbChunk);
 }
 
 inline int lanes_per_peer() {
-  static_assert(kMaxLanes == 16, "RDMACOLL_IB_QPS_PER_PEER's registered maximum");
-  return static_cast<int>(settings::count("RDMACOLL_IB_QPS_PER_PEER", 1));
+  return static_cast<int>(settings::count(settings::kIbQpsPerPeer));
 }
 
 // RDMACOLL_IB_EAGER_SLOTS: eager slots per connected peer (0: control messages go as SENDs).
 inline int eager_slots_per_peer() {
-  static_assert(eager_ring::kMaxSlots == 64, "RDMACOLL_IB_EAGER_SLOTS's registered maximum");
-  return static_cast<int>(settings::count("RDMACOLL_IB_EAGER_SLOTS", eager_ring::kDefaultSlots));
+  return static_cast<int>(settings::count(settings::kIbEagerSlots));
 }
 
-// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps (default 2 GiB).
+// RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps.
 inline size_t mr_cache_bytes() {
-  return settings::count("RDMACOLL_MR_CACHE_MB", 2048) << 20;
+  return settings::count(settings::kMrCacheMb) << 20;
 }
 
 class VerbsTransport final : public Transport,

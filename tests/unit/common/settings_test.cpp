@@ -50,6 +50,25 @@ TEST(Settings, CountsKeepTheirRegisteredBounds) {
   EXPECT_THROW((void)count("RDMACOLL_EAGER_LIMIT", 0), InvalidArgument);
 }
 
+// A Number's default and bounds are stated once (settings.hpp): its reader gets the default
+// when unset, the registry holds its bounds, and the README's table shows both.
+TEST(Settings, ANumberIsReadRegisteredAndShownWithTheOneDefaultItStates) {
+  for (const Number* n : {&kIbServiceLevel, &kIbAckTimeout, &kIbRetryCount, &kIbChunk,
+                          &kIbQpsPerPeer, &kIbEagerSlots, &kMrCacheMb, &kTestQpDelayMs}) {
+    EXPECT_EQ(count(*n), n->value) << n->name;
+    const Spec& s = spec(n->name);
+    EXPECT_EQ(s.type, Type::Count) << n->name;
+    EXPECT_EQ(s.min, n->min) << n->name;
+    EXPECT_EQ(s.max, n->max) << n->name;
+  }
+  EXPECT_NE(markdown_table().find("| `RDMACOLL_IB_CHUNK` | 4096 to 1073741824 (1 MiB) |"),
+            std::string::npos);
+  EXPECT_NE(markdown_table().find("| `RDMACOLL_MR_CACHE_MB` | 0 to 1073741824 (2048) |"),
+            std::string::npos);
+  Env e("RDMACOLL_IB_CHUNK", "8192");
+  EXPECT_EQ(count(kIbChunk), 8192u);
+}
+
 // Numbers are plain decimals: no blanks, signs, hex or exponents, which strtod and strtoull
 // would take ("0x10" s was 16 s; " 5" was 5).
 TEST(Settings, NumbersAreDigitsOnly) {
