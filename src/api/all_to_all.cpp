@@ -7,6 +7,7 @@
 #include "api/entry.hpp"
 #include "api/staging.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/all_to_all.hpp"
 #include "rdmacoll/process_group.hpp"
 
 namespace rdmacoll {
@@ -94,7 +95,8 @@ void all_to_all_single_now(engine::Engine& e, GroupState& g, Tensor& output, con
     out_splits.clear();
     in_splits.clear();
   }
-  e.all_to_all(g, output.data(), input.data(), output.dtype(), out_splits, in_splits, error);
+  engine::all_to_all(e, g, output.data(), input.data(), output.dtype(), out_splits, in_splits,
+                     error);
 }
 
 void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outputs,
@@ -140,7 +142,7 @@ void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
     std::memcpy(in.data() + offset, inputs[j].data(), inputs[j].nbytes());
     offset += inputs[j].nbytes();
   }
-  e.all_to_all(g, out.data(), in.data(), dt, out_splits, in_splits, error);
+  engine::all_to_all(e, g, out.data(), in.data(), dt, out_splits, in_splits, error);
   offset = 0;
   for (Tensor& t : outputs) {
     std::memcpy(t.data(), out.data() + offset, t.nbytes());

@@ -9,7 +9,16 @@
 #include "api/entry.hpp"
 #include "api/staging.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/all_gather.hpp"
+#include "engine/collectives/all_reduce.hpp"
+#include "engine/collectives/all_to_all.hpp"
+#include "engine/collectives/barrier.hpp"
+#include "engine/collectives/broadcast.hpp"
+#include "engine/collectives/gather.hpp"
+#include "engine/collectives/reduce.hpp"
+#include "engine/collectives/reduce_scatter.hpp"
 #include "engine/collectives/registry.hpp"
+#include "engine/collectives/scatter.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/process_group.hpp"
@@ -118,7 +127,7 @@ void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
   if (g.is_member()) check_all_gather_args(output, input, g.size(), g.rank, a.local_error);
-  e.all_gather(g, a);
+  engine::all_gather(e, g, a);
 }
 
 void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outputs,
@@ -154,7 +163,7 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
   a.local_error = error;
-  e.all_gather(g, a);
+  engine::all_gather(e, g, a);
   const size_t chunk = static_cast<size_t>(input.numel()) * element_size(dt);
   for (size_t i = 0; i < outputs.size(); ++i) {
     convert_elements(outputs[i].data(), dt, staging.data() + i * chunk, dt,
@@ -165,7 +174,7 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
 void all_reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, ReduceOp op) {
   // A dtype the operator cannot reduce still goes to the peers, so that every rank raises.
   const std::string error = g.is_member() ? engine::reduce_unsupported(op, tensor.dtype()) : "";
-  e.all_reduce(g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
+  engine::all_reduce(e, g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
 }
 
 std::string check_reduce_scatter_args(const Tensor& output, const Tensor& input, ReduceOp op, int p,
@@ -201,7 +210,8 @@ void reduce_scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const 
                         ReduceOp op) {
   const std::string error =
       g.is_member() ? check_reduce_scatter_args(output, input, op, g.size(), g.rank) : "";
-  e.reduce_scatter(g, output.data(), input.data(), output.dtype(), output.numel(), op, error);
+  engine::reduce_scatter(e, g, output.data(), input.data(), output.dtype(), output.numel(), op,
+                         error);
 }
 
 void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
@@ -211,7 +221,7 @@ void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
     root = api::group_root(g, src, "src", error);
     if (tensor.data() == nullptr && tensor.numel() > 0) error = "tensor has no storage";
   }
-  e.broadcast(g, tensor.data(), tensor.dtype(), tensor.numel(), root, error);
+  engine::broadcast(e, g, tensor.data(), tensor.dtype(), tensor.numel(), root, error);
 }
 
 }  // namespace
@@ -273,7 +283,7 @@ Work broadcast(Tensor& tensor, int src, const Group& group, bool async_op) {
 Work barrier(const Group& group, bool async_op) {
   GroupState& g = resolve(group, "barrier");
   engine::Engine& e = engine_of(g, "barrier");
-  auto body = [&e, &g] { e.barrier(g); };
+  auto body = [&e, &g] { engine::barrier(e, g); };
   return issue(g, async_op, "barrier", body, [&] { return body; });
 }
 
@@ -290,24 +300,25 @@ Work reject(Collective collective, const std::string& why, const Group& group, b
         a.collective = &engine::collectives::kAllGather;
         a.collective = &engine::collectives::kAllGather;
         a.local_error = why;
-        return e.all_gather(g, a);
+        return engine::all_gather(e, g, a);
       }
       case Collective::AllReduce:
-        return e.all_reduce(g, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
+        return engine::all_reduce(e, g, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
       case Collective::ReduceScatter:
-        return e.reduce_scatter(g, nullptr, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
+        return engine::reduce_scatter(e, g, nullptr, nullptr, DType::Float32, 0, ReduceOp::Sum,
+                                      why);
       case Collective::Broadcast:
-        return e.broadcast(g, nullptr, DType::Float32, 0, 0, why);
+        return engine::broadcast(e, g, nullptr, DType::Float32, 0, 0, why);
       case Collective::Barrier:
-        return e.barrier(g, why);
+        return engine::barrier(e, g, why);
       case Collective::Gather:
-        return e.gather(g, nullptr, nullptr, DType::Float32, 0, 0, why);
+        return engine::gather(e, g, nullptr, nullptr, DType::Float32, 0, 0, why);
       case Collective::Scatter:
-        return e.scatter(g, nullptr, nullptr, DType::Float32, 0, 0, why);
+        return engine::scatter(e, g, nullptr, nullptr, DType::Float32, 0, 0, why);
       case Collective::Reduce:
-        return e.reduce(g, nullptr, DType::Float32, 0, ReduceOp::Sum, 0, why);
+        return engine::reduce(e, g, nullptr, DType::Float32, 0, ReduceOp::Sum, 0, why);
       case Collective::AllToAll:
-        return e.all_to_all(g, nullptr, nullptr, DType::Float32, {}, {}, why);
+        return engine::all_to_all(e, g, nullptr, nullptr, DType::Float32, {}, {}, why);
     }
     throw InvalidArgument("reject: unknown collective " +
                           std::to_string(static_cast<int>(collective)));

@@ -6,6 +6,9 @@
 
 #include "api/entry.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/gather.hpp"
+#include "engine/collectives/reduce.hpp"
+#include "engine/collectives/scatter.hpp"
 #include "engine/reduce.hpp"
 #include "rdmacoll/process_group.hpp"
 
@@ -41,7 +44,7 @@ void gather_now(engine::Engine& e, GroupState& g, Tensor* output, const Tensor& 
     }
   }
   void* out = output && g.rank == root ? output->data() : nullptr;
-  e.gather(g, out, input.data(), input.dtype(), input.numel(), root, error);
+  engine::gather(e, g, out, input.data(), input.dtype(), input.numel(), root, error);
 }
 
 void scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const Tensor* input, int src) {
@@ -64,7 +67,7 @@ void scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const Tensor*
     }
   }
   const void* in = input && g.rank == root ? input->data() : nullptr;
-  e.scatter(g, output.data(), in, output.dtype(), output.numel(), root, error);
+  engine::scatter(e, g, output.data(), in, output.dtype(), output.numel(), root, error);
 }
 
 void reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, int dst, ReduceOp op) {
@@ -75,7 +78,7 @@ void reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, int dst, Reduc
     if (error.empty()) error = engine::reduce_unsupported(op, tensor.dtype());
     if (error.empty()) error = storage_error(&tensor, "the tensor");
   }
-  e.reduce(g, tensor.data(), tensor.dtype(), tensor.numel(), op, root, error);
+  engine::reduce(e, g, tensor.data(), tensor.dtype(), tensor.numel(), op, root, error);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "api/shape.hpp"
 #include "api/world.hpp"
+#include "engine/collectives/all_gather.hpp"
 #include "engine/collectives/registry.hpp"
 #include "engine/engine.hpp"
 #include "engine/symmetric.hpp"
@@ -41,7 +42,7 @@ std::vector<int64_t> gather_words(engine::Engine& e, GroupState& g, const char* 
   a.in_dtype = DType::Int64;
   a.in_numel = static_cast<int64_t>(mine.size());
   a.local_error = local_error;
-  e.all_gather(g, a);
+  engine::all_gather(e, g, a);
   return all;
 }
 

@@ -4,6 +4,8 @@
 // symmetric memory (rdmacoll::empty, engine/symmetric.hpp) on every member takes neither: each
 // member stores its chunk straight into every member's output, then all meet in a barrier.
 
+#include "engine/collectives/all_gather.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -34,7 +36,7 @@ void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
   call.run([&] { gather(call, a, region, stored); }, &region);
   // The peers' stores land in outputs their owners read once they return: none returns before
   // every member has stored.
-  if (stored) e.barrier(g);
+  if (stored) barrier(e, g);
 }
 
 namespace {
@@ -210,9 +212,5 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
 }
 
 }  // namespace
-
-void Engine::all_gather(GroupState& g, const RoundArgs& a) {
-  engine::all_gather(*this, g, a);
-}
 
 }  // namespace rdmacoll::engine

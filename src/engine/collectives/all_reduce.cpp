@@ -1,6 +1,8 @@
 // all_reduce: a direct reduce-scatter (reduce_scatter.cpp) plus an in-place all-gather for
 // tensors past the eager limit, one gather-and-fold round below it.
 
+#include "engine/collectives/all_reduce.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -71,8 +73,8 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
 // locally. Either way each element is folded by one rule in rank order (16-bit floats in float),
 // so every rank ends with the same bits. The whole length and the operator ride in every call's
 // descriptors, so a disagreement raises on every rank before anything is written.
-void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op,
-                        const std::string& local_error) {
+void all_reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op,
+                const std::string& local_error) {
   constexpr size_t kSegmentBytes = 4u << 20;
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;
@@ -82,17 +84,18 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
   // Beyond the eager limit the gather would leave the one-round path anyway, and then moving
   // (p-1)/p of the tensor twice beats moving all of it p-1 times; below it the gather wins
   // (measured: docs/performance.md, the code's thresholds).
-  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(transport_.max_message_bytes())) {
-    if (symmetric_all_reduce(*this, g, bytes, dtype, numel, op, local_error)) return;
+  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(e.transport().max_message_bytes())) {
+    if (symmetric_all_reduce(e, g, bytes, dtype, numel, op, local_error)) return;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;
-      reduce_scatter_round(*this, g,
+      reduce_scatter_round(e, g,
                            {collectives::kAllReduce, base, m * es, base + g.rank * m * es, dtype, m,
                             op, static_cast<uint64_t>(numel), local_error});
       // In place: our reduced piece is our own slot of the output.
-      all_gather(g, reduction_round(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m,
-                                    op, numel, ""));
+      all_gather(e, g,
+                 reduction_round(base, base + static_cast<size_t>(g.rank) * m * es, dtype, p, m, op,
+                                 numel, ""));
       done += p * m;
     }
     if (done == numel) return;
@@ -102,7 +105,8 @@ void Engine::all_reduce(GroupState& g, void* data, DType dtype, int64_t numel, R
     const int64_t n = std::min(per_piece, numel - done);
     if (scratch.size() < static_cast<size_t>(p) * n * es) scratch.resize(p * n * es);
     all_gather(
-        g, reduction_round(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
+        e, g,
+        reduction_round(scratch.data(), bytes + done * es, dtype, p, n, op, numel, local_error));
     auto& chunks = g.scratch.get<ReduceScratch>().chunks;  // reused: nothing allocated per call
     chunks.resize(p);
     for (int r = 0; r < p; ++r)

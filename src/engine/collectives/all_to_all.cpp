@@ -16,6 +16,8 @@
 // Both sides read the same two descriptors, so they agree on every pair without agreeing on
 // an eager limit.
 
+#include "engine/collectives/all_to_all.hpp"
+
 #include <cstring>
 
 #include "engine/call.hpp"
@@ -38,11 +40,11 @@ using all_to_all_parts::Splits;
 using all_to_all_parts::splits_travel;
 using all_to_all_parts::Travel;
 
-void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType dtype,
-                        const std::vector<int64_t>& out_splits,
-                        const std::vector<int64_t>& in_splits, const std::string& local_error) {
+void all_to_all(Engine& e, GroupState& g, void* out_ptr, const void* in_ptr, DType dtype,
+                const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
+                const std::string& local_error) {
   check_usable(g, "all_to_all");
-  transport::Transport& t = transport_;
+  transport::Transport& t = e.transport();
   const int p = g.size();
   const size_t es = element_size(dtype);
   auto* out = static_cast<uint8_t*>(out_ptr);
@@ -62,7 +64,7 @@ void Engine::all_to_all(GroupState& g, void* out_ptr, const void* in_ptr, DType 
   const size_t in_bytes = in_off[p];
   const size_t out_bytes = out_off[p];
   const int me = g.rank;
-  Call call(t, g, "all_to_all", spin_);
+  Call call(t, g, "all_to_all", e.spin());
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
   call.run(
       [&] {

@@ -1,6 +1,8 @@
 // barrier: one descriptor exchange, nothing else; its descriptors still carry the collective's
 // name and a rank's own rejection, so a rank that called something else raises everywhere.
 
+#include "engine/collectives/barrier.hpp"
+
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "engine/control/agreement.hpp"
@@ -8,7 +10,7 @@
 
 namespace rdmacoll::engine {
 
-void Engine::barrier(GroupState& g, const std::string& local_error) {
+void barrier(Engine& e, GroupState& g, const std::string& local_error) {
   check_usable(g, "barrier");
   if (g.size() == 1) {
     ++g.next_seq;
@@ -16,7 +18,7 @@ void Engine::barrier(GroupState& g, const std::string& local_error) {
       throw InvalidArgument("barrier (" + g.describe() + "): " + local_error);
     return;
   }
-  Call call(transport_, g, "barrier", spin_);
+  Call call(e.transport(), g, "barrier", e.spin());
   call.run([&] {
     CallDescriptor mine;
     mine.seq = call.seq();

@@ -7,6 +7,8 @@
 // write, so the tree's single write stays (measured:
 // docs/performance.md#the-measurements-behind-the-codes-thresholds).
 
+#include "engine/collectives/broadcast.hpp"
+
 #include <cstring>
 
 #include "engine/call.hpp"
@@ -129,8 +131,8 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs&
 
 }  // namespace
 
-void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, int root,
-                       const std::string& local_error) {
+void broadcast(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, int root,
+               const std::string& local_error) {
   check_usable(g, "broadcast");
   const int p = g.size();
   const size_t bytes = static_cast<size_t>(numel) * element_size(dtype);
@@ -146,12 +148,12 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
   auto* bytes_at = static_cast<uint8_t*>(data);
   // A tensor the transport moves with one copy goes as writes, not inline; its crossover is
   // twice the all-gather's, as measured (docs/performance.md, the code's thresholds).
-  if (p > 1 && (bytes > g.eager_limit(transport_.max_message_bytes()) ||
-                bytes / 2 >= transport_.single_copy_bytes())) {
+  if (p > 1 && (bytes > g.eager_limit(e.transport().max_message_bytes()) ||
+                bytes / 2 >= e.transport().single_copy_bytes())) {
     // In symmetric memory: the tree's and the scatter's descriptor plus the window (a member
     // whose tensor is elsewhere makes every member raise); each member reads the root's part.
     if (run_on_window(
-            *this, g, "broadcast", data, bytes, local_error,
+            e, g, "broadcast", data, bytes, local_error,
             [&](Call& call) { return make_descriptor(call, a); },
             [&](const Window& w, size_t offset) {
               if (g.rank != root)
@@ -161,10 +163,10 @@ void Engine::broadcast(GroupState& g, void* data, DType dtype, int64_t numel, in
     }
     // Two ranks: the tree is one write of the whole tensor, which no scatter beats.
     if (p > 2 && bytes > kTreeMaxBytes && numel >= p)
-      return broadcast_scatter(*this, g, bytes_at, a, root);
-    return broadcast_tree(*this, g, bytes_at, bytes, a, root);
+      return broadcast_scatter(e, g, bytes_at, a, root);
+    return broadcast_tree(e, g, bytes_at, bytes, a, root);
   }
-  Call call(transport_, g, "broadcast", spin_);
+  Call call(e.transport(), g, "broadcast", e.spin());
   call.run([&] {
     if (p == 1) {
       if (!local_error.empty()) throw InvalidArgument(call.where() + ": " + local_error);

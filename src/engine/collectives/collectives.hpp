@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/collectives/all_gather.hpp"
+#include "engine/collectives/barrier.hpp"
 #include "engine/collectives/registry.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/core/round_args.hpp"
@@ -57,9 +59,6 @@ inline std::shared_ptr<transport::MemoryRegion> expose_target(transport::Transpo
 // descriptors.
 RoundArgs reduction_round(void* out, const void* in, DType dtype, int p, int64_t n, ReduceOp op,
                           int64_t total_numel, const std::string& local_error);
-
-// all_gather.cpp
-void all_gather(Engine& e, GroupState& g, const RoundArgs& a);
 
 // reduce_scatter.cpp: one round of a reduce-scatter, piece j being m elements at
 // in + j * stride bytes; all_reduce's first phase runs it too.

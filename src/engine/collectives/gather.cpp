@@ -2,6 +2,8 @@
 // no registration); beyond it the root exposes its output and every member writes its chunk
 // there at its final offset, one one-sided write each. reduce's rounds gather through here too.
 
+#include "engine/collectives/gather.hpp"
+
 #include <cstring>
 
 #include "engine/call.hpp"
@@ -123,9 +125,9 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
       &region);
 }
 
-void Engine::gather(GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
-                    const std::string& local_error) {
-  gather_round(*this, g,
+void gather(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
+            const std::string& local_error) {
+  gather_round(e, g,
                {collectives::kGather, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in),
                 dtype, n, root, ReduceOp::Sum, static_cast<uint64_t>(n), local_error});
 }

@@ -4,6 +4,8 @@
 // so the root receives about the tensor once instead of p - 1 times. The others' tensors are
 // only read.
 
+#include "engine/collectives/reduce.hpp"
+
 #include <algorithm>
 
 #include "engine/call.hpp"
@@ -14,8 +16,8 @@
 
 namespace rdmacoll::engine {
 
-void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op, int root,
-                    const std::string& local_error) {
+void reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op, int root,
+            const std::string& local_error) {
   constexpr size_t kSegmentBytes = 4u << 20;
   check_usable(g, "reduce");
   const size_t es = element_size(dtype);
@@ -24,7 +26,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
   const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kSegmentBytes / es));
   const uint64_t total = static_cast<uint64_t>(numel);
   int64_t done = 0;
-  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(transport_.max_message_bytes())) {
+  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(e.transport().max_message_bytes())) {
     auto& piece = g.scratch.get<ReduceScratch>().piece;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
@@ -36,9 +38,8 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
         out = piece.data();
       }
       reduce_scatter_round(
-          *this, g,
-          {collectives::kReduce, base, piece_bytes, out, dtype, m, op, total, local_error});
-      gather_round(*this, g, {collectives::kReduce, base, out, dtype, m, root, op, total, ""});
+          e, g, {collectives::kReduce, base, piece_bytes, out, dtype, m, op, total, local_error});
+      gather_round(e, g, {collectives::kReduce, base, out, dtype, m, root, op, total, ""});
       done += p * m;
     }
     if (done == numel) return;
@@ -48,7 +49,7 @@ void Engine::reduce(GroupState& g, void* data, DType dtype, int64_t numel, Reduc
     const int64_t n = std::min(per_piece, numel - done);
     const size_t need = g.rank == root ? static_cast<size_t>(p) * n * es : 0;
     if (scratch.size() < need) scratch.resize(need);
-    gather_round(*this, g,
+    gather_round(e, g,
                  {collectives::kReduce, scratch.data(), bytes + done * es, dtype, n, root, op,
                   total, local_error});
     if (g.rank == root && n > 0 && local_error.empty()) {

@@ -1,5 +1,7 @@
 // reduce_scatter_tensor, and the direct reduce-scatter that large all_reduces start with.
 
+#include "engine/collectives/reduce_scatter.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -203,19 +205,19 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a)
 // one round (inline, through the slots on one host) and folds its own piece: one round instead
 // of a descriptor round plus a data round. Beyond it, direct reduce-scatter rounds of at most
 // 4 MiB pieces: each rank receives (p-1)/p of its output's worth from every peer, no more.
-void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtype, int64_t n,
-                            ReduceOp op, const std::string& local_error) {
+void reduce_scatter(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n,
+                    ReduceOp op, const std::string& local_error) {
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t total = static_cast<uint64_t>(n);
-  if (p > 1 && static_cast<size_t>(n) * p * es > g.eager_limit(transport_.max_message_bytes())) {
-    if (symmetric_reduce_scatter(*this, g, dst, src, dtype, n, op, local_error)) return;
+  if (p > 1 && static_cast<size_t>(n) * p * es > g.eager_limit(e.transport().max_message_bytes())) {
+    if (symmetric_reduce_scatter(e, g, dst, src, dtype, n, op, local_error)) return;
     const int64_t per_piece = static_cast<int64_t>(std::max<size_t>(1, kRoundBytes / es));
     for (int64_t done = 0; done < n;) {
       const int64_t m = std::min(per_piece, n - done);
-      reduce_scatter_round(*this, g,
+      reduce_scatter_round(e, g,
                            {collectives::kReduceScatter, src + done * es, n * es, dst + done * es,
                             dtype, m, op, total, local_error});
       done += m;
@@ -228,7 +230,7 @@ void Engine::reduce_scatter(GroupState& g, void* out, const void* in, DType dtyp
   if (scratch.size() < p * whole) scratch.resize(p * whole);
   RoundArgs a = reduction_round(scratch.data(), in, dtype, p, n * p, op, n, local_error);
   a.collective = &collectives::kReduceScatter;
-  all_gather(g, a);
+  all_gather(e, g, a);
   if (n == 0) return;
   const int rank = g.rank;
   auto& chunks = g.scratch.get<ReduceScratch>().chunks;

@@ -2,6 +2,8 @@
 // descriptor (one round, no registration); beyond it every member exposes its output and the
 // root writes piece j straight into member j's, one one-sided write each.
 
+#include "engine/collectives/scatter.hpp"
+
 #include <cstring>
 
 #include "engine/call.hpp"
@@ -33,8 +35,8 @@ void check_paths(const Call& call, const std::vector<CallDescriptor>& all, int r
 
 }  // namespace
 
-void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dtype, int64_t n,
-                     int root_rank, const std::string& local_error) {
+void scatter(Engine& e, GroupState& g, void* out_ptr, const void* in_ptr, DType dtype, int64_t n,
+             int root_rank, const std::string& local_error) {
   check_usable(g, "scatter");
   const int p = g.size();
   const bool root = g.rank == root_rank;
@@ -42,7 +44,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
   const auto* in = static_cast<const uint8_t*>(in_ptr);
   const size_t chunk = static_cast<size_t>(n) * element_size(dtype);
   const bool usable = local_error.empty();
-  Call call(transport_, g, "scatter", spin_);
+  Call call(e.transport(), g, "scatter", e.spin());
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
   call.run(
       [&] {
@@ -51,7 +53,7 @@ void Engine::scatter(GroupState& g, void* out_ptr, const void* in_ptr, DType dty
           if (chunk > 0 && out != in) std::memcpy(out, in, chunk);
           return;
         }
-        transport::Transport& t = transport_;
+        transport::Transport& t = e.transport();
         const bool inline_path = chunk > 0 && p * chunk <= g.eager_limit(t.max_message_bytes());
         RoundArgs args;
         args.collective = &collectives::kScatter;

@@ -31,7 +31,7 @@ bool run_on_window(Engine& e, GroupState& g, const char* name, const void* tenso
     done = true;
   });
   // Only after a body that ran everywhere: a raising call has already told every member.
-  if (done) e.barrier(g);
+  if (done) barrier(e, g);
   return true;
 }
 

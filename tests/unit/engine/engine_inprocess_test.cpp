@@ -17,7 +17,16 @@
 #include <utility>
 #include <vector>
 
+#include "engine/collectives/all_gather.hpp"
+#include "engine/collectives/all_reduce.hpp"
+#include "engine/collectives/all_to_all.hpp"
+#include "engine/collectives/barrier.hpp"
+#include "engine/collectives/broadcast.hpp"
+#include "engine/collectives/gather.hpp"
+#include "engine/collectives/reduce.hpp"
+#include "engine/collectives/reduce_scatter.hpp"
 #include "engine/collectives/registry.hpp"
+#include "engine/collectives/scatter.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
 #include "inprocess_world.hpp"
@@ -56,7 +65,7 @@ void gather_checked(RankContext& c, int64_t n, int call) {
   a.in = in.data();
   a.in_dtype = in.dtype();
   a.in_numel = n;
-  c.engine.all_gather(c.group, a);
+  all_gather(c.engine, c.group, a);
   for (int r = 0; r < c.p; ++r) {
     for (int64_t i = 0; i < n; ++i) {
       const double got = out.item(r * n + i);
@@ -104,7 +113,7 @@ TEST(EngineInProcess, AllReduceReduceScatterBroadcastAndBarrier) {
           Tensor t = zeros({n}, DType::Float64);
           for (int64_t i = 0; i < n; ++i)
             t.set(i, value_of(c.rank, i, 0));
-          c.engine.all_reduce(c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
+          all_reduce(c.engine, c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
           for (int64_t i = 0; i < n; ++i) {
             double want = 0;
             for (int r = 0; r < c.p; ++r)
@@ -116,8 +125,8 @@ TEST(EngineInProcess, AllReduceReduceScatterBroadcastAndBarrier) {
           for (int64_t i = 0; i < c.p * n; ++i)
             in.set(i, value_of(c.rank, i, 1));
           Tensor out = zeros({n}, DType::Float64);
-          c.engine.reduce_scatter(c.group, out.data(), in.data(), DType::Float64, n, ReduceOp::Max,
-                                  "");
+          reduce_scatter(c.engine, c.group, out.data(), in.data(), DType::Float64, n, ReduceOp::Max,
+                         "");
           for (int64_t i = 0; i < n; ++i) {
             double want = -1;
             for (int r = 0; r < c.p; ++r)
@@ -129,10 +138,10 @@ TEST(EngineInProcess, AllReduceReduceScatterBroadcastAndBarrier) {
           Tensor b = zeros({n}, DType::Int32);
           for (int64_t i = 0; i < n; ++i)
             b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
-          c.engine.broadcast(c.group, b.data(), DType::Int32, n, root, "");
+          broadcast(c.engine, c.group, b.data(), DType::Int32, n, root, "");
           for (int64_t i = 0; i < n; ++i)
             check(b.item(i) == value_of(root, i, 2), "broadcast element " + std::to_string(i));
-          c.engine.barrier(c.group);
+          barrier(c.engine, c.group);
         }
       });
     }
@@ -152,8 +161,8 @@ TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
           for (int64_t i = 0; i < n; ++i)
             in.set(i, value_of(c.rank, i, 0));
           Tensor all = zeros({c.p * n}, DType::Float64);
-          c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
-                          n, root, "");
+          gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(),
+                 DType::Float64, n, root, "");
           for (int r = 0; c.rank == root && r < c.p; ++r)
             for (int64_t i = 0; i < n; ++i)
               check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);
@@ -161,11 +170,11 @@ TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
           for (int64_t i = 0; i < c.p * n; ++i)
             whole.set(i, value_of(root, i, 1));
           Tensor piece = zeros({n}, DType::Float64);
-          c.engine.scatter(c.group, piece.data(), c.rank == root ? whole.data() : nullptr,
-                           DType::Float64, n, root, "");
+          scatter(c.engine, c.group, piece.data(), c.rank == root ? whole.data() : nullptr,
+                  DType::Float64, n, root, "");
           for (int64_t i = 0; i < n; ++i)
             check(piece.item(i) == value_of(root, c.rank * n + i, 1), "scatter" + at);
-          c.engine.reduce(c.group, in.data(), DType::Float64, n, ReduceOp::Sum, root, "");
+          reduce(c.engine, c.group, in.data(), DType::Float64, n, ReduceOp::Sum, root, "");
           for (int64_t i = 0; i < n; ++i) {
             double want = 0;
             for (int r = 0; r < c.p; ++r)
@@ -186,8 +195,8 @@ TEST(EngineInProcess, GatherScatterReduceAndAllToAll) {
           for (int j = 0, k = 0; j < c.p; ++j)
             for (int64_t e = 0; e < in_splits[j]; ++e, ++k)
               src.set(k, c.rank * 1000000 + j * 1000 + e % 1000);
-          c.engine.all_to_all(c.group, dst.data(), src.data(), DType::Float64, out_splits,
-                              in_splits, "");
+          all_to_all(c.engine, c.group, dst.data(), src.data(), DType::Float64, out_splits,
+                     in_splits, "");
           for (int i = 0, k = 0; i < c.p; ++i)
             for (int64_t e = 0; e < out_splits[i]; ++e, ++k)
               check(dst.item(k) == i * 1000000 + c.rank * 1000 + e % 1000, "all_to_all" + at);
@@ -225,14 +234,14 @@ TEST(EngineInProcess, RootedCallsWhereTheTreePaysSendEachDescriptorUpItAndTheVer
           in.set(i, value_of(c.rank, i, 0));
         const auto t = c.group.transport.lock();
         const uint64_t before = t->statistics().control_messages_sent;
-        c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
-                        n, root, "");
+        gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
+               n, root, "");
         for (int r = 0; c.rank == root && r < c.p; ++r)
           for (int64_t i = 0; i < n; ++i)
             check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);
         Tensor piece = zeros({n}, DType::Float64);
-        c.engine.scatter(c.group, piece.data(), c.rank == root ? all.data() : nullptr,
-                         DType::Float64, n, root, "");
+        scatter(c.engine, c.group, piece.data(), c.rank == root ? all.data() : nullptr,
+                DType::Float64, n, root, "");
         for (int64_t i = 0; i < n; ++i)
           check(piece.item(i) == value_of(c.rank, i, 0), "scatter" + at);
         messages += t->statistics().control_messages_sent - before;
@@ -263,8 +272,8 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
               all.set(i, -1);
             // A rank that passes another size: every rank names the disagreement.
             try {
-              c.engine.gather(c.group, c.rank == root ? all.data() : nullptr, in.data(),
-                              DType::Float32, c.rank == bad ? n + 1 : n, root, "");
+              gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(),
+                     DType::Float32, c.rank == bad ? n + 1 : n, root, "");
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               check(std::string(e.what()).find("ranks disagree") != std::string::npos,
@@ -274,8 +283,8 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
               check(all.item(i) == -1, "a refused gather wrote" + at);
             // A rank that rejected its own arguments: it raises its own words, the rest its.
             try {
-              c.engine.scatter(c.group, in.data(), c.rank == root ? all.data() : nullptr,
-                               DType::Float32, n, root, c.rank == bad ? "my own mistake" : "");
+              scatter(c.engine, c.group, in.data(), c.rank == root ? all.data() : nullptr,
+                      DType::Float32, n, root, c.rank == bad ? "my own mistake" : "");
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               const std::string what = e.what();
@@ -287,7 +296,7 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
             // Ranks that name different roots (different trees): every rank raises, none waits.
             try {
               const int mine = c.rank == bad ? (root + 1) % c.p : root;
-              c.engine.reduce(c.group, in.data(), DType::Float32, n, ReduceOp::Sum, mine, "");
+              reduce(c.engine, c.group, in.data(), DType::Float32, n, ReduceOp::Sum, mine, "");
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               check(std::string(e.what()).find("root") != std::string::npos,
@@ -321,7 +330,8 @@ void all_to_all_checked(RankContext& c, Count count, int call) {
   for (int64_t k = 0; k < out_total; ++k)
     dst.set(k, -1);
   try {
-    c.engine.all_to_all(c.group, dst.data(), src.data(), DType::Float64, out_splits, in_splits, "");
+    all_to_all(c.engine, c.group, dst.data(), src.data(), DType::Float64, out_splits, in_splits,
+               "");
   } catch (const InvalidArgument&) {  // then nothing is written, not even our own piece
     for (int64_t k = 0; k < out_total; ++k)
       check(dst.item(k) == -1, "a rejected all_to_all wrote element " + std::to_string(k));
@@ -422,10 +432,10 @@ TEST(EngineInProcess, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroup
           Tensor t = zeros({n}, DType::Float32);
           try {
             if (c.rank == bad) {
-              c.engine.all_reduce(c.group, nullptr, DType::Float32, 0, ReduceOp::Sum,
-                                  "a mistake of this rank's");
+              all_reduce(c.engine, c.group, nullptr, DType::Float32, 0, ReduceOp::Sum,
+                         "a mistake of this rank's");
             } else {
-              c.engine.all_reduce(c.group, t.data(), DType::Float32, n, ReduceOp::Sum, "");
+              all_reduce(c.engine, c.group, t.data(), DType::Float32, n, ReduceOp::Sum, "");
             }
             check(false, "no error");
           } catch (const InvalidArgument& e) {
@@ -462,18 +472,18 @@ TEST(EngineInProcess, SmallCallsThatDisagreeThroughTheMailboxRaiseTheDifferenceO
       };
       Tensor t = zeros({odd ? 3 : 2}, DType::Float32);
       raises("sizes", "input 3 x torch.float32", [&] {
-        c.engine.all_reduce(c.group, t.data(), DType::Float32, odd ? 3 : 2, ReduceOp::Sum, "");
+        all_reduce(c.engine, c.group, t.data(), DType::Float32, odd ? 3 : 2, ReduceOp::Sum, "");
       });
       raises("dtype", "torch.float64", [&] {
-        c.engine.all_reduce(c.group, t.data(), odd ? DType::Float64 : DType::Float32, 1,
-                            ReduceOp::Sum, "");
+        all_reduce(c.engine, c.group, t.data(), odd ? DType::Float64 : DType::Float32, 1,
+                   ReduceOp::Sum, "");
       });
       raises("operator", "MAX", [&] {
-        c.engine.all_reduce(c.group, t.data(), DType::Float32, 2,
-                            odd ? ReduceOp::Max : ReduceOp::Sum, "");
+        all_reduce(c.engine, c.group, t.data(), DType::Float32, 2,
+                   odd ? ReduceOp::Max : ReduceOp::Sum, "");
       });
       raises("root", "root", [&] {
-        c.engine.broadcast(c.group, t.data(), DType::Float32, 2, odd ? 0 : c.p - 1, "");
+        broadcast(c.engine, c.group, t.data(), DType::Float32, 2, odd ? 0 : c.p - 1, "");
       });
     });
   }
@@ -490,7 +500,7 @@ TEST(EngineInProcess, RanksThatCallDifferentCollectivesRaiseBothNamesOnEveryRank
         Tensor t = zeros({2}, DType::Float32);
         try {
           if (odd) {
-            c.engine.all_reduce(c.group, t.data(), DType::Float32, 2, ReduceOp::Sum, "");
+            all_reduce(c.engine, c.group, t.data(), DType::Float32, 2, ReduceOp::Sum, "");
           } else {
             gather_checked(c, 2, 0);
           }
