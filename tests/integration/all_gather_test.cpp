@@ -12,6 +12,7 @@
 
 #include "api/debug.hpp"
 #include "gather_check.hpp"
+#include "support/inprocess_world.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -494,3 +495,37 @@ TEST(AllGatherErrors, KilledRankGivesPeerFailureOrTimeoutNeverAHang) {
 
 }  // namespace
 }  // namespace rdmacoll
+
+// On the in-process fabric (src/transport/loopback, ctest's loopback. list): ranks as threads of
+// this process, every group size and host layout in milliseconds, every element checked.
+namespace rdmacoll::engine {
+namespace {
+
+TEST(AllGatherOnLoopback, EveryGroupSizeFromOneToSixteenOnOneHost) {
+  for (int p = 1; p <= 16; ++p) {
+    run_world(p, hosts_for(p, 0), [](RankContext& c) {
+      int call = 0;
+      for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{3000}, int64_t{70000}}) {
+        for (int k = 0; k < 3; ++k)  // the mailbox takes over from the third call
+          gather_checked(c, n, call++);
+      }
+    });
+  }
+}
+
+TEST(AllGatherOnLoopback, EveryGroupSizeAcrossHostsInlineLogPAndRing) {
+  for (int p = 2; p <= 16; ++p) {
+    for (int per_host : {1, 2, 3}) {
+      if (per_host >= p) continue;
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        int call = 0;
+        // Inline (2 KiB across hosts), the log p schedules, and the ring (1 MiB per rank).
+        for (int64_t n : {int64_t{4}, int64_t{1000}, int64_t{1} << 18})
+          gather_checked(c, n, call++);
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdmacoll::engine

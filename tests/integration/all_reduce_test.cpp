@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/collectives/all_reduce.hpp"
 #include "gather_check.hpp"
 #include "reduce_check.hpp"
+#include "support/inprocess_world.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -129,3 +131,63 @@ TEST(AllReduceErrors, DifferentCollectivesOnDifferentRanksRaiseOnEveryRank) {
 
 }  // namespace
 }  // namespace rdmacoll
+
+// On the in-process fabric (src/transport/loopback, ctest's loopback. list): ranks as threads of
+// this process, every group size and host layout in milliseconds, every element checked.
+namespace rdmacoll::engine {
+namespace {
+
+// Inline, reduce-scatter rounds then an in-place all-gather; on one host and across hosts.
+TEST(AllReduceOnLoopback, EveryGroupSizeAndLayout) {
+  for (int p : {1, 2, 3, 4, 5, 8, 13}) {
+    for (int per_host : {0, 1, 2}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        for (int64_t n : {int64_t{3}, int64_t{1000}, int64_t{70000}}) {
+          Tensor t = zeros({n}, DType::Float64);
+          for (int64_t i = 0; i < n; ++i)
+            t.set(i, value_of(c.rank, i, 0));
+          all_reduce(c.engine, c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
+          for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int r = 0; r < c.p; ++r)
+              want += value_of(r, i, 0);
+            check(t.item(i) == want,
+                  "all_reduce n=" + std::to_string(n) + " element " + std::to_string(i));
+          }
+        }
+      });
+    }
+  }
+}
+
+// One rank refuses its arguments (what the torch backend's reject() does): every rank raises
+// InvalidArgument naming it, nothing is written, and the group's next calls are right.
+TEST(AllReduceOnLoopback, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheGroupGoesOn) {
+  for (int p : {2, 3, 5, 8}) {
+    for (int per_host : {0, 1}) {
+      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
+        for (int64_t n : {int64_t{4}, int64_t{1} << 18}) {
+          const int bad = c.p / 2;
+          Tensor t = zeros({n}, DType::Float32);
+          try {
+            if (c.rank == bad) {
+              all_reduce(c.engine, c.group, nullptr, DType::Float32, 0, ReduceOp::Sum,
+                         "a mistake of this rank's");
+            } else {
+              all_reduce(c.engine, c.group, t.data(), DType::Float32, n, ReduceOp::Sum, "");
+            }
+            check(false, "no error");
+          } catch (const InvalidArgument& e) {
+            check(std::string(e.what()).find("a mistake of this rank's") != std::string::npos,
+                  std::string("the reason travels: ") + e.what());
+          }
+          gather_checked(c, 5, 0);
+          gather_checked(c, n, 1);
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdmacoll::engine

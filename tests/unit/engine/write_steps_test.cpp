@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "inprocess_world.hpp"
+#include "support/inprocess_world.hpp"
 #include "rdmacoll/errors.hpp"
 
 namespace rdmacoll::engine {

@@ -1,7 +1,8 @@
 #pragma once
 // A world of ranks as threads of this process over the in-process fabric
-// (src/transport/loopback), for the engine's tests: each rank its own endpoint, engine and
-// world group.
+// (src/transport/loopback), for the engine's tests and each collective's loopback tests
+// (in its file in tests/integration/): each rank its own endpoint, engine and world
+// group; and the checked all-gather those tests use to show a group still works.
 
 #include <gtest/gtest.h>
 
@@ -10,14 +11,18 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/collectives/all_gather.hpp"
 #include "engine/collectives/registry.hpp"
 #include "engine/core/group_factory.hpp"
 #include "engine/engine.hpp"
 #include "engine/group_state.hpp"
+#include "rdmacoll/tensor.hpp"
 #include "topology/topology.hpp"
 #include "transport/loopback/loopback_transport.hpp"
 
@@ -92,6 +97,47 @@ void run_world(int p, const std::vector<std::string>& hosts, Body body,
     th.join();
   for (int r = 0; r < p; ++r)
     EXPECT_EQ(errors[r], "") << "rank " << r << " of " << p;
+}
+
+// The value rank `rank` puts at element i of the call numbered `call`.
+inline double value_of(int rank, int64_t i, int call) {
+  return static_cast<double>((rank * 131 + i * 7 + call) % 1000);
+}
+
+// A rank's check: its failure is the rank's error (run_world reports it).
+inline void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// An all-gather of n float32 per rank (in: int64, converted, on odd calls), checked.
+inline void gather_checked(RankContext& c, int64_t n, int call) {
+  const bool convert = call % 2 == 1;
+  Tensor in = zeros({n}, convert ? DType::Int64 : DType::Float32);
+  for (int64_t i = 0; i < n; ++i)
+    in.set(i, value_of(c.rank, i, call));
+  Tensor out = zeros({c.p * n}, DType::Float32);
+  for (int64_t i = 0; i < c.p * n; ++i)
+    out.set(i, -1);
+  RoundArgs a;
+  a.collective = &collectives::kAllGather;
+  a.out = out.data();
+  a.out_dtype = DType::Float32;
+  a.out_numel = out.numel();
+  a.in = in.data();
+  a.in_dtype = in.dtype();
+  a.in_numel = n;
+  all_gather(c.engine, c.group, a);
+  for (int r = 0; r < c.p; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double got = out.item(r * n + i);
+      if (got != value_of(r, i, call)) {
+        std::ostringstream os;
+        os << "all_gather n=" << n << " call " << call << ": chunk " << r << " element " << i
+           << " is " << got << ", expected " << value_of(r, i, call);
+        throw std::runtime_error(os.str());
+      }
+    }
+  }
 }
 
 }  // namespace rdmacoll::engine
