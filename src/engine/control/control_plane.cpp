@@ -153,7 +153,7 @@ int exchange_rounds(Call& call, size_t capacity, Rounds kind, const CallDescript
   int succ = -1;
   if (ring_step) {
     succ = watch_ring(call).succ;
-    hooks = ring_step_hooks(g, call, mine, succ, [&] {
+    hooks = ring_step_hooks(call, mine, succ, [&] {
       if (needed != DescriptorsNeeded::Successor) return true;
       s.descriptors[g.rank] = mine;
       s.seen_only = succ;

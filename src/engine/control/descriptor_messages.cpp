@@ -254,13 +254,13 @@ void check_successor(Call& call, const CallDescriptor& mine, int succ) {
 
 }  // namespace
 
-RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine, int succ,
+RoundHooks ring_step_hooks(Call& call, const CallDescriptor& mine, int succ,
                            std::function<bool()> after_check) {
   RoundHooks hooks;
-  hooks.sent = [&g, &call, &mine](size_t round) {
+  hooks.sent = [&call, &mine](size_t round) {
     if (round == 0) leave_if_rejected(call, mine);
   };
-  hooks.received = [&g, &call, &mine, succ, after = std::move(after_check)](size_t round) {
+  hooks.received = [&call, &mine, succ, after = std::move(after_check)](size_t round) {
     if (round != 0) return true;
     check_successor(call, mine, succ);
     return after();

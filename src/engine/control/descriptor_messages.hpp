@@ -105,8 +105,8 @@ RingStep watch_ring(Call& call);
 // its arguments leaves, once its predecessor has them, before its own wait, where a neighbour's
 // report of the same mistake could come first: it raises its own words. After the receive, the
 // successor's descriptor is parsed into scratch.descriptors and checked against ours; then
-// `after_check()` says whether the walk goes on. The hooks refer to `g`, `call` and `mine`.
-RoundHooks ring_step_hooks(GroupState& g, Call& call, const CallDescriptor& mine, int succ,
+// `after_check()` says whether the walk goes on. The hooks refer to `call` and `mine`.
+RoundHooks ring_step_hooks(Call& call, const CallDescriptor& mine, int succ,
                            std::function<bool()> after_check);
 
 // Readies the scratch for a walk of `sched`: the incoming descriptors empty but ours (already

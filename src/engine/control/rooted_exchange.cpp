@@ -92,8 +92,7 @@ const std::vector<CallDescriptor>& exchange_rooted(Call& call, const CallDescrip
   // send. So the ring step comes first (RingStep); past it mine.ok holds, and the successor
   // agrees with us.
   {
-    const RoundHooks ring =
-        ring_step_hooks(g, call, mine, watch_ring(call).succ, [] { return true; });
+    const RoundHooks ring = ring_step_hooks(call, mine, watch_ring(call).succ, [] { return true; });
     const schedule::Schedule& bruck = service_schedule(g, schedule::ServiceRounds::Bruck);
     run_rounds(call, bruck, 0, 1, capacity, RoundTags::RingCheck, ring);
   }
