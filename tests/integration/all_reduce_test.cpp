@@ -139,25 +139,21 @@ namespace {
 
 // Inline, reduce-scatter rounds then an in-place all-gather; on one host and across hosts.
 TEST(AllReduceOnLoopback, EveryGroupSizeAndLayout) {
-  for (int p : {1, 2, 3, 4, 5, 8, 13}) {
-    for (int per_host : {0, 1, 2}) {
-      run_world(p, hosts_for(p, per_host), [](RankContext& c) {
-        for (int64_t n : {int64_t{3}, int64_t{1000}, int64_t{70000}}) {
-          Tensor t = zeros({n}, DType::Float64);
-          for (int64_t i = 0; i < n; ++i)
-            t.set(i, value_of(c.rank, i, 0));
-          all_reduce(c.engine, c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
-          for (int64_t i = 0; i < n; ++i) {
-            double want = 0;
-            for (int r = 0; r < c.p; ++r)
-              want += value_of(r, i, 0);
-            check(t.item(i) == want,
-                  "all_reduce n=" + std::to_string(n) + " element " + std::to_string(i));
-          }
-        }
-      });
+  run_every_layout({1, 2, 3, 4, 5, 8, 13}, [](RankContext& c) {
+    for (int64_t n : {int64_t{3}, int64_t{1000}, int64_t{70000}}) {
+      Tensor t = zeros({n}, DType::Float64);
+      for (int64_t i = 0; i < n; ++i)
+        t.set(i, value_of(c.rank, i, 0));
+      all_reduce(c.engine, c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int r = 0; r < c.p; ++r)
+          want += value_of(r, i, 0);
+        check(t.item(i) == want,
+              "all_reduce n=" + std::to_string(n) + " element " + std::to_string(i));
+      }
     }
-  }
+  });
 }
 
 // One rank refuses its arguments (what the torch backend's reject() does): every rank raises

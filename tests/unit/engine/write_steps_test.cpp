@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "engine/call.hpp"
-#include "support/inprocess_world.hpp"
 #include "rdmacoll/errors.hpp"
+#include "support/inprocess_world.hpp"
 
 namespace rdmacoll::engine {
 namespace {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -97,6 +98,27 @@ void run_world(int p, const std::vector<std::string>& hosts, Body body,
     th.join();
   for (int r = 0; r < p; ++r)
     EXPECT_EQ(errors[r], "") << "rank " << r << " of " << p;
+}
+
+// Runs body on p ranks for every p in `sizes`, in each host layout: all on one host, one rank
+// per host, two per host.
+template <typename Body>
+void run_every_layout(std::initializer_list<int> sizes, Body body) {
+  for (int p : sizes) {
+    for (int per_host : {0, 1, 2})
+      run_world(p, hosts_for(p, per_host), body);
+  }
+}
+
+// A rooted collective's sweep: every layout of 1 to 13 ranks, the middle rank the root, from 0
+// to 70000 elements; body(c, root, n, at), `at` naming the case for its checks.
+template <typename Body>
+void run_rooted_sweep(Body body) {
+  run_every_layout({1, 2, 3, 5, 8, 13}, [&body](RankContext& c) {
+    const int root = c.p / 2;
+    for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{1000}, int64_t{70000}})
+      body(c, root, n, " n=" + std::to_string(n) + " p=" + std::to_string(c.p));
+  });
 }
 
 // The value rank `rank` puts at element i of the call numbered `call`.
