@@ -22,18 +22,17 @@ using transport::Bytes;
 
 namespace {
 
-constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
-
 uint64_t next_generation() {
   static uint64_t n = 0;
   return ++n;
 }
 
 transport::TransportKind transport_from_env() {
-  const std::string s = settings::choice("RDMACOLL_TRANSPORT");
-  return s == "ucx"     ? transport::TransportKind::Ucx
-         : s == "verbs" ? transport::TransportKind::Verbs
-                        : transport::TransportKind::Auto;
+  using settings::kTransport;
+  const auto s = settings::read(kTransport);
+  return s == kTransport.value("ucx")     ? transport::TransportKind::Ucx
+         : s == kTransport.value("verbs") ? transport::TransportKind::Verbs
+                                          : transport::TransportKind::Auto;
 }
 
 // RDMACOLL_TRANSPORT=auto takes verbs only when every rank has an ACTIVE RDMA port, so that
@@ -68,8 +67,8 @@ engine::SpinPolicy spin_policy(const World& w) {
   engine::SpinPolicy policy;
   policy.yield = local > cpus;
   policy.duration = std::chrono::microseconds(policy.yield ? 2000 : 200);
-  policy.duration = std::chrono::microseconds(
-      settings::count("RDMACOLL_SPIN_US", static_cast<uint64_t>(policy.duration.count())));
+  if (const auto us = settings::read(settings::kSpinUs))
+    policy.duration = std::chrono::microseconds(*us);
   return policy;
 }
 
@@ -214,11 +213,11 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
                            " cannot use verbs: " + *why_not);
     }
   }
-  w->timeout = options.timeout ? *options.timeout
-                               : settings::duration("RDMACOLL_TIMEOUT_S", kDefaultTimeout);
+  w->timeout = options.timeout ? *options.timeout : settings::read(settings::kTimeout);
   ro.timeout = w->timeout;
   // Every setting parsed now, so a bad value raises here, not in the middle of a collective.
   settings::validate_all();
+  log::configure();
   transport::check_settings();
   w->tuning = engine::Tuning::from_settings();
   w->rendezvous = std::make_unique<bootstrap::Rendezvous>(ro);
@@ -239,7 +238,7 @@ std::unique_ptr<World> make_world(const InitOptions& options) {
   w->transport = transport::make_serialized(
       transport::create_transport(agree_on_transport(*w), here.nic, transport_hints(*w)));
   const std::string kind = w->transport->name();
-  const std::string token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
+  const std::string token = settings::read(settings::kAuthToken).value_or("");
   std::vector<Bytes> addresses = rv.all_gather(
       "rdmacoll/addr/",
       bootstrap::wrap_address(w->rank, kind, w->transport->address(w->rank, w->world_size), token));

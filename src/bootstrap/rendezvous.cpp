@@ -70,10 +70,12 @@ void tell_the_port_holder(const InitTarget& target, const StoreCredentials& cred
 
 StoreCredentials store_credentials() {
   StoreCredentials c;
-  c.token = settings::text("RDMACOLL_AUTH_TOKEN").value_or("");
-  for (const char* name :
-       {"RDMACOLL_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"}) {
-    const char* v = std::getenv(name);
+  c.token = settings::read(settings::kAuthToken).value_or("");
+  // Ours, else the launcher's.
+  for (const std::string_view name :
+       {settings::kJobId.name, std::string_view("TORCHELASTIC_RUN_ID"),
+        std::string_view("SLURM_JOB_ID"), std::string_view("OMPI_MCA_ess_base_jobid")}) {
+    const char* v = std::getenv(std::string(name).c_str());
     c.job_id = v ? v : "";
     if (c.job_id.size() > kMaxJobIdBytes) {
       throw InvalidArgument(std::string(name) + " is " + std::to_string(c.job_id.size()) +
@@ -102,7 +104,7 @@ Rendezvous::Rendezvous(const RendezvousOptions& o)
     const StoreCredentials credentials = store_credentials();
     if (rank_ == 0) {
       // Bound where the job says rank 0 is reached (MASTER_ADDR), not on every interface.
-      const auto bind = settings::text("RDMACOLL_STORE_BIND");
+      const auto bind = settings::read(settings::kStoreBind);
       const std::string address = bind ? *bind : o.target.master_addr;
       try {
         server_ = std::make_unique<StoreServer>(address, o.target.master_port, credentials);
@@ -191,7 +193,7 @@ void Rendezvous::open_store() {
   if (rank_ == 0) {
     record.token = random_hex(32);
     credentials.token = record.token;
-    const auto bind = settings::text("RDMACOLL_STORE_BIND");
+    const auto bind = settings::read(settings::kStoreBind);
     const bool one_host = pmix_->local_size() == world_size_;
     const std::string address = bind ? *bind : one_host ? "127.0.0.1" : "0.0.0.0";
     server_ = std::make_unique<StoreServer>(address, 0, credentials);

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -10,23 +11,34 @@
 namespace rdmacoll::log {
 
 namespace {
-Level configured() {
-  static const Level level = [] {
-    // A bad value is init_process_group's error to raise (settings::validate_all); logging
-    // itself never throws.
-    std::string s;
-    try {
-      s = settings::choice("RDMACOLL_DEBUG");
-    } catch (const std::exception&) {
-      s = "warn";
-    }
-    if (s == "info") return Level::Info;
-    if (s == "trace") return Level::Trace;
+Level from_settings() {
+  // A bad value is init_process_group's error to raise (settings::validate_all); logging
+  // itself never throws.
+  std::string_view s;
+  try {
+    s = settings::read(settings::kDebug);
+  } catch (const std::exception&) {
     return Level::Warn;
-  }();
-  return level;
+  }
+  if (s == settings::kDebug.value("info")) return Level::Info;
+  if (s == settings::kDebug.value("trace")) return Level::Trace;
+  return Level::Warn;
+}
+// Read at the first line logged, and again at each init_process_group (configure()).
+std::atomic<int> g_level{-1};
+Level configured() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l < 0) {
+    l = static_cast<int>(from_settings());
+    g_level.store(l, std::memory_order_relaxed);
+  }
+  return static_cast<Level>(l);
 }
 }  // namespace
+
+void configure() {
+  g_level.store(static_cast<int>(from_settings()), std::memory_order_relaxed);
+}
 
 bool enabled(Level level) {
   return level <= configured();

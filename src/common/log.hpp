@@ -7,6 +7,8 @@ namespace rdmacoll::log {
 
 enum class Level { Warn = 0, Info = 1, Trace = 2 };
 
+// Reads RDMACOLL_DEBUG again (init_process_group calls it, so a re-init takes a new value).
+void configure();
 bool enabled(Level level);
 void write(Level level, const std::string& message);
 

@@ -14,136 +14,133 @@ namespace rdmacoll::settings {
 
 namespace {
 
-constexpr uint64_t kDayMs = 24ull * 3600 * 1000;
-
-Spec choice_spec(std::string_view name, Scope scope, std::vector<std::string_view> choices,
-                 std::string_view help) {
-  Spec s{name, Type::Choice, scope, std::string(choices.front()), 0, 0, std::move(choices), help};
-  return s;
-}
-Spec count_spec(std::string_view name, Scope scope, std::string_view dflt, uint64_t min,
-                uint64_t max, std::string_view help) {
-  return Spec{name, Type::Count, scope, std::string(dflt), min, max, {}, help};
-}
-// A Number's spec: its default shown as the README shows sizes ("1 MiB", "2048").
-Spec number_spec(const Number& n, Scope scope, std::string_view help) {
+Spec spec_of(const Number& n, Scope scope, std::string_view help) {
+  // The default as the README shows sizes ("1 MiB", "2048").
   const std::string shown_default = n.value >= kMiB && n.value % kMiB == 0
                                         ? std::to_string(n.value / kMiB) + " MiB"
                                         : std::to_string(n.value);
-  Spec s{n.name, Type::Count, scope, shown_default, n.min, n.max, {}, help};
-  return s;
+  return Spec{n.name, Type::Count, scope, shown_default, n.min, n.max, {}, help};
 }
-Spec text_spec(std::string_view name, Scope scope, std::string_view dflt, std::string_view help) {
-  return Spec{name, Type::Text, scope, std::string(dflt), 0, 0, {}, help};
+Spec spec_of(const Count& c, Scope scope, std::string_view help) {
+  return Spec{c.name, Type::Count, scope, std::string(c.default_text), c.min, c.max, {}, help};
+}
+template <size_t N>
+Spec spec_of(const Choice<N>& c, Scope scope, std::string_view help) {
+  return Spec{c.name,
+              Type::Choice,
+              scope,
+              std::string(c.values.front()),
+              0,
+              0,
+              std::vector<std::string_view>(c.values.begin(), c.values.end()),
+              help};
+}
+Spec spec_of(const Text& t, Scope scope, std::string_view help) {
+  return Spec{t.name, Type::Text, scope, std::string(t.default_text), 0, 0, {}, help};
+}
+Spec spec_of(const Duration& d, Scope scope, std::string_view help) {
+  return Spec{d.name,
+              Type::Duration,
+              scope,
+              std::to_string(d.value.count() / 1000),
+              static_cast<uint64_t>(d.min.count()),
+              static_cast<uint64_t>(d.max.count()),
+              {},
+              help};
 }
 
 std::vector<Spec> make_registry() {
   std::vector<Spec> r;
-  r.push_back(Spec{"RDMACOLL_TIMEOUT_S",
-                   Type::Duration,
-                   Scope::Rank,
-                   "1800",
-                   1,
-                   30 * kDayMs,
-                   {},
-                   "timeout for rendezvous and every collective wait (seconds, or with a unit "
-                   "`ms`, `s`, `m`, `h`; 1 ms to 30 days)"});
-  Spec token = text_spec("RDMACOLL_AUTH_TOKEN", Scope::Rank, "none",
-                         "the job's secret for the rendezvous store (see the security model); "
-                         "every rank the same");
+  r.push_back(spec_of(kTimeout, Scope::Rank,
+                      "timeout for rendezvous and every collective wait (seconds, or with a unit "
+                      "`ms`, `s`, `m`, `h`; 1 ms to 30 days)"));
+  Spec token = spec_of(kAuthToken, Scope::Rank,
+                       "the job's secret for the rendezvous store (see the security model); "
+                       "every rank the same");
   token.secret = true;
   r.push_back(token);
-  r.push_back(text_spec("RDMACOLL_JOB_ID", Scope::Rank, "the launcher's",
-                        "the job's id (default: torchrun's, Slurm's or Open MPI's; at most 256 "
-                        "bytes); every rank the same"));
-  r.push_back(text_spec("RDMACOLL_STORE_BIND", Scope::Rank, "MASTER_ADDR",
-                        "the address rank 0's store binds (under PMIx: loopback on one host, "
-                        "else every address of rank 0's host)"));
-  r.push_back(choice_spec("RDMACOLL_TRANSPORT", Scope::Job, {"auto", "ucx", "verbs"},
-                          "`auto`: verbs when every rank has an ACTIVE RDMA port, else UCX (all "
-                          "ranks agree); `ucx`; `verbs` (an error, not a fallback, when a rank has "
-                          "no usable port)"));
-  r.push_back(text_spec("RDMACOLL_IB_DEVICE", Scope::Rank, "nearest ACTIVE",
-                        "verbs device (default: the NIC hwloc finds nearest the rank, ties "
-                        "split by local rank, else the first device with an ACTIVE port)"));
-  r.push_back(count_spec("RDMACOLL_IB_PORT", Scope::Rank, "first ACTIVE", 1, 255, "verbs port"));
-  r.push_back(count_spec("RDMACOLL_GID_INDEX", Scope::Rank, "RoCE v2 IPv4", 0, 65535,
-                         "GID index (default on RoCE: the port's RoCE v2 IPv4 GID)"));
-  r.push_back(choice_spec("RDMACOLL_ALGO", Scope::Job,
-                          {"auto", "rd", "bruck", "ring", "direct", "two_level"},
-                          "all-gather schedule; `auto` picks by group size, bytes and hosts "
-                          "(docs/design.md)"));
-  r.push_back(choice_spec("RDMACOLL_ALLTOALL", Scope::Job, {"auto", "direct", "bruck"},
-                          "all-to-all of equal pieces: `auto` picks by group size, piece and "
-                          "hosts (docs/design.md), `direct` (pairwise), `bruck` (log p rounds)"));
-  r.push_back(choice_spec("RDMACOLL_DESCRIPTORS", Scope::Job, {"auto", "direct", "bruck", "rooted"},
-                          "how each call's descriptors travel when no mailbox carries them: "
-                          "`auto` (log p rounds across hosts, one direct round on one host; "
-                          "gather, scatter and reduce up a tree to the root and back where that "
-                          "pays), `direct`, `bruck` (every call all-gathers them), `rooted` (the "
-                          "tree wherever log p rounds run)"));
-  r.push_back(choice_spec("RDMACOLL_TOPOLOGY", Scope::Job, {"auto", "flat"},
-                          "`auto`: host-aware rank orders; `flat`: no reordering"));
-  r.push_back(text_spec("RDMACOLL_HOST_ID", Scope::Rank, "hostname",
-                        "pretend host identity (tests, containers that share a hostname)"));
-  r.push_back(choice_spec("RDMACOLL_UCX_PROTOCOL", Scope::Job, {"auto", "tag", "put"},
-                          "UCX data protocol: tagged messages straight into place, or ucp_put + "
-                          "flush + notify; `auto` picks per size and path"));
-  r.push_back(count_spec("RDMACOLL_SPIN_US", Scope::Rank, "200 (2000 oversubscribed)", 0,
-                         10'000'000,
-                         "how long a wait polls before it blocks, in microseconds (ranks that "
-                         "outnumber a host's cores poll 2000 us, yielding each round)"));
-  r.push_back(count_spec("RDMACOLL_EAGER_LIMIT", Scope::Job, "64 KiB / 1 MiB/p / 2 KiB", 0,
-                         4 * kMiB,
-                         "largest chunk (bytes) sent inline with the call descriptor (default 64 "
-                         "KiB on one host up to 16 ranks, 1 MiB / p beyond, 2 KiB across hosts; "
-                         "at most 4 MiB)"));
-  r.push_back(choice_spec("RDMACOLL_DEBUG", Scope::Rank, {"warn", "info", "trace"},
-                          "log level: `info` adds transport, algorithm and mailbox choices"));
-  r.push_back(text_spec("RDMACOLL_IB_ADDR_FAMILY", Scope::Rank, "ipv4 first",
-                        "`ipv4` or `ipv6`: the RoCE GID family to use"));
-  r.push_back(text_spec("RDMACOLL_IB_ADDR_RANGE", Scope::Rank, "any",
-                        "a subnet such as `10.1.0.0/16`: the RoCE GID to use when a port has "
-                        "several addresses or VLANs"));
-  r.push_back(text_spec("RDMACOLL_IB_PKEY", Scope::Rank, "index 0",
-                        "P_Key, hex (`0x8012`) or decimal; the full-member entry when there is "
-                        "one"));
-  r.push_back(count_spec("RDMACOLL_IB_TC", Scope::Rank, "sysfs or 0", 0, 255,
-                         "traffic class (DSCP << 2; 106 for DSCP 26)"));
-  r.push_back(number_spec(kIbServiceLevel, Scope::Rank, "service level"));
-  r.push_back(number_spec(kIbAckTimeout, Scope::Rank, "ACK timeout exponent (4.096 us x 2^n)"));
-  r.push_back(number_spec(kIbRetryCount, Scope::Rank, "ACK retries"));
-  r.push_back(choice_spec("RDMACOLL_IB_MTU", Scope::Rank,
-                          {"auto", "256", "512", "1024", "2048", "4096"},
-                          "largest path MTU (bytes) of this rank's QPs; a pair uses the smaller of "
-                          "its two ranks' (`auto`: the port's active MTU)"));
-  r.push_back(number_spec(kIbChunk, Scope::Rank,
-                          "largest RDMA write (bytes); bigger chunks go as several"));
-  r.push_back(number_spec(kIbQpsPerPeer, Scope::Job,
-                          "data QPs per peer a write's pieces are dealt over (control messages "
-                          "have one of their own)"));
-  r.push_back(choice_spec("RDMACOLL_IB_ADAPTIVE_ROUTING", Scope::Rank, {"0", "1"},
-                          "1: each QP's last piece of a write goes as a plain RDMA WRITE and a "
-                          "zero-byte WRITE WITH IMM after it (fabrics with adaptive routing)"));
-  r.push_back(number_spec(kIbEagerSlots, Scope::Rank,
-                          "slots of the verbs write ring per connected peer (0: SENDs only)"));
-  r.push_back(number_spec(kMrCacheMb, Scope::Rank, "registration cache size (MiB)"));
-  r.push_back(choice_spec("RDMACOLL_FORK_INIT", Scope::Rank, {"auto", "0", "1"},
-                          "`auto`: ibv_fork_init only on kernels before 5.13; `1` forces it, `0` "
-                          "never calls it"));
+  r.push_back(spec_of(kJobId, Scope::Rank,
+                      "the job's id (default: torchrun's, Slurm's or Open MPI's; at most 256 "
+                      "bytes); every rank the same"));
+  r.push_back(spec_of(kStoreBind, Scope::Rank,
+                      "the address rank 0's store binds (under PMIx: loopback on one host, "
+                      "else every address of rank 0's host)"));
+  r.push_back(spec_of(kTransport, Scope::Job,
+                      "`auto`: verbs when every rank has an ACTIVE RDMA port, else UCX (all "
+                      "ranks agree); `ucx`; `verbs` (an error, not a fallback, when a rank has "
+                      "no usable port)"));
+  r.push_back(spec_of(kIbDevice, Scope::Rank,
+                      "verbs device (default: the NIC hwloc finds nearest the rank, ties "
+                      "split by local rank, else the first device with an ACTIVE port)"));
+  r.push_back(spec_of(kIbPort, Scope::Rank, "verbs port"));
+  r.push_back(
+      spec_of(kGidIndex, Scope::Rank, "GID index (default on RoCE: the port's RoCE v2 IPv4 GID)"));
+  r.push_back(spec_of(kAlgo, Scope::Job,
+                      "all-gather schedule; `auto` picks by group size, bytes and hosts "
+                      "(docs/design.md)"));
+  r.push_back(spec_of(kAllToAll, Scope::Job,
+                      "all-to-all of equal pieces: `auto` picks by group size, piece and "
+                      "hosts (docs/design.md), `direct` (pairwise), `bruck` (log p rounds)"));
+  r.push_back(spec_of(kDescriptors, Scope::Job,
+                      "how each call's descriptors travel when no mailbox carries them: "
+                      "`auto` (log p rounds across hosts, one direct round on one host; "
+                      "gather, scatter and reduce up a tree to the root and back where that "
+                      "pays), `direct`, `bruck` (every call all-gathers them), `rooted` (the "
+                      "tree wherever log p rounds run)"));
+  r.push_back(
+      spec_of(kTopology, Scope::Job, "`auto`: host-aware rank orders; `flat`: no reordering"));
+  r.push_back(spec_of(kHostId, Scope::Rank,
+                      "pretend host identity (tests, containers that share a hostname)"));
+  r.push_back(spec_of(kUcxProtocol, Scope::Job,
+                      "UCX data protocol: tagged messages straight into place, or ucp_put + "
+                      "flush + notify; `auto` picks per size and path"));
+  r.push_back(spec_of(kSpinUs, Scope::Rank,
+                      "how long a wait polls before it blocks, in microseconds (ranks that "
+                      "outnumber a host's cores poll 2000 us, yielding each round)"));
+  r.push_back(spec_of(kEagerLimit, Scope::Job,
+                      "largest chunk (bytes) sent inline with the call descriptor (default 64 "
+                      "KiB on one host up to 16 ranks, 1 MiB / p beyond, 2 KiB across hosts; "
+                      "at most 4 MiB)"));
+  r.push_back(spec_of(kDebug, Scope::Rank,
+                      "log level: `info` adds transport, algorithm and mailbox choices"));
+  r.push_back(spec_of(kIbAddrFamily, Scope::Rank, "`ipv4` or `ipv6`: the RoCE GID family to use"));
+  r.push_back(spec_of(kIbAddrRange, Scope::Rank,
+                      "a subnet such as `10.1.0.0/16`: the RoCE GID to use when a port has "
+                      "several addresses or VLANs"));
+  r.push_back(spec_of(kIbPkey, Scope::Rank,
+                      "P_Key, hex (`0x8012`) or decimal; the full-member entry when there is "
+                      "one"));
+  r.push_back(spec_of(kIbTrafficClass, Scope::Rank, "traffic class (DSCP << 2; 106 for DSCP 26)"));
+  r.push_back(spec_of(kIbServiceLevel, Scope::Rank, "service level"));
+  r.push_back(spec_of(kIbAckTimeout, Scope::Rank, "ACK timeout exponent (4.096 us x 2^n)"));
+  r.push_back(spec_of(kIbRetryCount, Scope::Rank, "ACK retries"));
+  r.push_back(spec_of(kIbMtu, Scope::Rank,
+                      "largest path MTU (bytes) of this rank's QPs; a pair uses the smaller of "
+                      "its two ranks' (`auto`: the port's active MTU)"));
+  r.push_back(
+      spec_of(kIbChunk, Scope::Rank, "largest RDMA write (bytes); bigger chunks go as several"));
+  r.push_back(spec_of(kIbQpsPerPeer, Scope::Job,
+                      "data QPs per peer a write's pieces are dealt over (control messages "
+                      "have one of their own)"));
+  r.push_back(spec_of(kIbAdaptiveRouting, Scope::Rank,
+                      "1: each QP's last piece of a write goes as a plain RDMA WRITE and a "
+                      "zero-byte WRITE WITH IMM after it (fabrics with adaptive routing)"));
+  r.push_back(spec_of(kIbEagerSlots, Scope::Rank,
+                      "slots of the verbs write ring per connected peer (0: SENDs only)"));
+  r.push_back(spec_of(kMrCacheMb, Scope::Rank, "registration cache size (MiB)"));
+  r.push_back(spec_of(kForkInit, Scope::Rank,
+                      "`auto`: ibv_fork_init only on kernels before 5.13; `1` forces it, `0` "
+                      "never calls it"));
   auto hook = [&](Spec s) {
     s.test_hook = true;
     r.push_back(std::move(s));
   };
-  hook(choice_spec("RDMACOLL_PROGRESS", Scope::Rank, {"0", "1"},
-                   "rdmacoll-run: ranks report progress lines"));
-  hook(count_spec("RDMACOLL_TEST_MAX_MESSAGE", Scope::Job, "none", 4096, UINT64_MAX,
-                  "caps UCX control messages as verbs caps them"));
-  hook(number_spec(kTestQpDelayMs, Scope::Rank, "verbs: delay the first QP transition"));
-  hook(count_spec("RDMACOLL_TEST_QP_DELAY_RANK", Scope::Rank, "none", 0, 1u << 24,
-                  "the rank RDMACOLL_TEST_QP_DELAY_MS delays"));
-  hook(count_spec("RDMACOLL_TEST_SRQ_RECEIVES", Scope::Rank, "the device's", 17, 8192,
-                  "verbs: hold the shared receive queue to this many receives"));
+  hook(spec_of(kProgress, Scope::Rank, "rdmacoll-run: ranks report progress lines"));
+  hook(spec_of(kTestMaxMessage, Scope::Job, "caps UCX control messages as verbs caps them"));
+  hook(spec_of(kTestQpDelayMs, Scope::Rank, "verbs: delay the first QP transition"));
+  hook(spec_of(kTestQpDelayRank, Scope::Rank, "the rank RDMACOLL_TEST_QP_DELAY_MS delays"));
+  hook(spec_of(kTestSrqReceives, Scope::Rank,
+               "verbs: hold the shared receive queue to this many receives"));
   return r;
 }
 
@@ -151,123 +148,6 @@ std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
-}
-
-}  // namespace
-
-const std::vector<Spec>& all() {
-  static const std::vector<Spec> registry = make_registry();
-  return registry;
-}
-
-const Spec& spec(std::string_view name) {
-  for (const Spec& s : all()) {
-    if (s.name == name) return s;
-  }
-  throw std::logic_error("rdmacoll: setting " + std::string(name) + " is not registered");
-}
-
-std::string shown(std::string_view value) {
-  if (value.size() <= 64) return std::string(value);
-  std::string out(value.substr(0, 61));
-  out.append("... (").append(std::to_string(value.size())).append(" bytes)");
-  return out;
-}
-
-std::optional<std::string> text(std::string_view name) {
-  (void)spec(name);
-  const char* v = std::getenv(std::string(name).c_str());
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
-
-std::string choice(std::string_view name) {
-  const Spec& s = spec(name);
-  const auto v = text(name);
-  if (!v) return std::string(s.choices.front());
-  const std::string got = lower(*v);
-  std::string expected;
-  for (std::string_view c : s.choices) {
-    if (got == c) return got;
-    if (!expected.empty()) expected.append(", ");
-    expected.append(c);
-  }
-  throw InvalidArgument(std::string(name) + ": expected one of " + expected + ", got '" +
-                        shown(*v) + "'");
-}
-
-uint64_t count(std::string_view name, uint64_t fallback) {
-  const Spec& s = spec(name);
-  return env_uint(std::string(name).c_str(), fallback, s.min, s.max);
-}
-
-uint64_t count(const Number& n) {
-  return count(n.name, n.value);
-}
-
-std::chrono::milliseconds duration(std::string_view name, std::chrono::milliseconds fallback) {
-  const Spec& s = spec(name);
-  return env_duration(std::string(name).c_str(), fallback,
-                      std::chrono::milliseconds(static_cast<int64_t>(s.min)),
-                      std::chrono::milliseconds(static_cast<int64_t>(s.max)));
-}
-
-void validate_all() {
-  for (const Spec& s : all()) {
-    switch (s.type) {
-      case Type::Choice:
-        (void)choice(s.name);
-        break;
-      case Type::Count:
-        (void)count(s.name, 0);
-        break;
-      case Type::Duration:
-        (void)duration(s.name, std::chrono::milliseconds(0));
-        break;
-      case Type::Text:
-        break;  // checked where it is used (addresses, subnets, P_Keys)
-    }
-  }
-}
-
-std::string job_wide() {
-  std::string out;
-  for (const Spec& s : all()) {
-    if (s.scope != Scope::Job) continue;
-    out.append(s.name).append("=").append(text(s.name).value_or("")).append("\n");
-  }
-  return out;
-}
-
-std::string markdown_table() {
-  std::string out =
-      "| variable | values (default) | same on every rank | meaning |\n|---|---|---|---|\n";
-  for (const Spec& s : all()) {
-    if (s.test_hook) continue;
-    std::string values;
-    switch (s.type) {
-      case Type::Choice:
-        for (std::string_view c : s.choices) {
-          if (!values.empty()) values.append(", ");
-          values.append("`").append(c).append("`");
-        }
-        values.append(" (`").append(s.choices.front()).append("`)");
-        break;
-      case Type::Count:
-        values.append(std::to_string(s.min)).append(" to ").append(std::to_string(s.max));
-        values.append(" (").append(s.default_text).append(")");
-        break;
-      case Type::Duration:
-        values.append("1 ms to 30 days (").append(s.default_text).append(" s)");
-        break;
-      case Type::Text:
-        values.append("(").append(s.default_text).append(")");
-        break;
-    }
-    out.append("| `").append(s.name).append("` | ").append(values).append(" | ");
-    out.append(s.scope == Scope::Job ? "yes" : "").append(" | ").append(s.help).append(" |\n");
-  }
-  return out;
 }
 
 uint64_t env_uint(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
@@ -319,6 +199,140 @@ std::chrono::milliseconds env_duration(const char* name, std::chrono::millisecon
                           std::to_string(max.count() / 1e3) + " s, got '" + shown(text) + "'");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(ms)));
+}
+
+}  // namespace
+
+const std::vector<Spec>& all() {
+  static const std::vector<Spec> registry = make_registry();
+  return registry;
+}
+
+const Spec& spec(std::string_view name) {
+  for (const Spec& s : all()) {
+    if (s.name == name) return s;
+  }
+  throw std::logic_error("rdmacoll: setting " + std::string(name) + " is not registered");
+}
+
+std::string shown(std::string_view value) {
+  if (value.size() <= 64) return std::string(value);
+  std::string out(value.substr(0, 61));
+  out.append("... (").append(std::to_string(value.size())).append(" bytes)");
+  return out;
+}
+
+namespace {
+
+std::optional<std::string> text(std::string_view name) {
+  (void)spec(name);
+  const char* v = std::getenv(std::string(name).c_str());
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+uint64_t count(std::string_view name, uint64_t fallback) {
+  const Spec& s = spec(name);
+  return env_uint(std::string(name).c_str(), fallback, s.min, s.max);
+}
+
+std::chrono::milliseconds duration(std::string_view name, std::chrono::milliseconds fallback) {
+  const Spec& s = spec(name);
+  return env_duration(std::string(name).c_str(), fallback,
+                      std::chrono::milliseconds(static_cast<int64_t>(s.min)),
+                      std::chrono::milliseconds(static_cast<int64_t>(s.max)));
+}
+
+}  // namespace
+
+std::string_view choice_of(std::string_view name) {
+  const Spec& s = spec(name);
+  const auto v = text(name);
+  if (!v) return s.choices.front();
+  const std::string got = lower(*v);
+  std::string expected;
+  for (std::string_view c : s.choices) {
+    if (got == c) return c;
+    if (!expected.empty()) expected.append(", ");
+    expected.append(c);
+  }
+  throw InvalidArgument(std::string(name) + ": expected one of " + expected + ", got '" +
+                        shown(*v) + "'");
+}
+
+uint64_t read(const Number& n) {
+  return count(n.name, n.value);
+}
+
+std::optional<uint64_t> read(const Count& c) {
+  if (!text(c.name)) return std::nullopt;
+  return count(c.name, 0);
+}
+
+std::optional<std::string> read(const Text& t) {
+  return text(t.name);
+}
+
+std::chrono::milliseconds read(const Duration& d) {
+  return duration(d.name, d.value);
+}
+
+void validate_all() {
+  for (const Spec& s : all()) {
+    switch (s.type) {
+      case Type::Choice:
+        (void)choice_of(s.name);
+        break;
+      case Type::Count:
+        (void)count(s.name, 0);
+        break;
+      case Type::Duration:
+        (void)duration(s.name, std::chrono::milliseconds(0));
+        break;
+      case Type::Text:
+        break;  // checked where it is used (addresses, subnets, P_Keys)
+    }
+  }
+}
+
+std::string job_wide() {
+  std::string out;
+  for (const Spec& s : all()) {
+    if (s.scope != Scope::Job) continue;
+    out.append(s.name).append("=").append(text(s.name).value_or("")).append("\n");
+  }
+  return out;
+}
+
+std::string markdown_table() {
+  std::string out =
+      "| variable | values (default) | same on every rank | meaning |\n|---|---|---|---|\n";
+  for (const Spec& s : all()) {
+    if (s.test_hook) continue;
+    std::string values;
+    switch (s.type) {
+      case Type::Choice:
+        for (std::string_view c : s.choices) {
+          if (!values.empty()) values.append(", ");
+          values.append("`").append(c).append("`");
+        }
+        values.append(" (`").append(s.choices.front()).append("`)");
+        break;
+      case Type::Count:
+        values.append(std::to_string(s.min)).append(" to ").append(std::to_string(s.max));
+        values.append(" (").append(s.default_text).append(")");
+        break;
+      case Type::Duration:
+        values.append("1 ms to 30 days (").append(s.default_text).append(" s)");
+        break;
+      case Type::Text:
+        values.append("(").append(s.default_text).append(")");
+        break;
+    }
+    out.append("| `").append(s.name).append("` | ").append(values).append(" | ");
+    out.append(s.scope == Scope::Job ? "yes" : "").append(" | ").append(s.help).append(" |\n");
+  }
+  return out;
 }
 
 }  // namespace rdmacoll::settings

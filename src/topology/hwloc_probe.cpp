@@ -42,7 +42,7 @@ int enclosing_index(hwloc_topology_t t, hwloc_obj_type_t type, hwloc_const_cpuse
 }
 
 std::string host_identity() {
-  if (const auto id = settings::text("RDMACOLL_HOST_ID")) return *id;
+  if (const auto id = settings::read(settings::kHostId)) return *id;
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return name;
@@ -126,7 +126,7 @@ LocalPlacement probe(const ProbeOptions& options) {
     return tied.empty() ? std::string() : tied[static_cast<size_t>(local) % tied.size()];
   };
   p.netdev = pick(nearest_osdevs(topo.t, HWLOC_OBJ_OSDEV_NETWORK, binding.b));
-  if (const auto dev = settings::text("RDMACOLL_IB_DEVICE")) {
+  if (const auto dev = settings::read(settings::kIbDevice)) {
     p.nic = *dev;
     p.nic_why = "RDMACOLL_IB_DEVICE";
   } else {

@@ -15,7 +15,7 @@
 namespace rdmacoll::transport {
 
 std::string host_key() {
-  if (const auto id = settings::text("RDMACOLL_HOST_ID")) return "id:" + *id;
+  if (const auto id = settings::read(settings::kHostId)) return "id:" + *id;
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   std::string boot;

@@ -9,20 +9,21 @@ namespace rdmacoll::engine {
 
 Tuning Tuning::from_settings() {
   Tuning t;
-  if (const std::string a = settings::choice("RDMACOLL_ALGO"); a != "auto")
-    t.algorithm = schedule::parse_algorithm(a);
-  const std::string d = settings::choice("RDMACOLL_DESCRIPTORS");
-  t.descriptors = d == "direct"   ? DescriptorExchange::Direct
-                  : d == "bruck"  ? DescriptorExchange::Bruck
-                  : d == "rooted" ? DescriptorExchange::Rooted
-                                  : DescriptorExchange::Auto;
-  if (const std::string a = settings::choice("RDMACOLL_ALLTOALL"); a != "auto")
-    t.all_to_all = a == "bruck" ? schedule::Algorithm::Bruck : schedule::Algorithm::Direct;
-  if (const uint64_t limit = settings::count("RDMACOLL_EAGER_LIMIT", UINT64_MAX);
-      limit != UINT64_MAX) {
-    t.eager_limit = static_cast<size_t>(limit);
-  }
-  t.flat_topology = settings::choice("RDMACOLL_TOPOLOGY") == "flat";
+  if (const auto a = settings::read(settings::kAlgo); a != settings::kAlgo.value("auto"))
+    t.algorithm = schedule::parse_algorithm(std::string(a));
+  using settings::kDescriptors;
+  const auto d = settings::read(kDescriptors);
+  t.descriptors = d == kDescriptors.value("direct")   ? DescriptorExchange::Direct
+                  : d == kDescriptors.value("bruck")  ? DescriptorExchange::Bruck
+                  : d == kDescriptors.value("rooted") ? DescriptorExchange::Rooted
+                                                      : DescriptorExchange::Auto;
+  using settings::kAllToAll;
+  if (const auto a = settings::read(kAllToAll); a != kAllToAll.value("auto"))
+    t.all_to_all =
+        a == kAllToAll.value("bruck") ? schedule::Algorithm::Bruck : schedule::Algorithm::Direct;
+  if (const auto limit = settings::read(settings::kEagerLimit))
+    t.eager_limit = static_cast<size_t>(*limit);
+  t.flat_topology = settings::read(settings::kTopology) == settings::kTopology.value("flat");
   return t;
 }
 

@@ -35,8 +35,11 @@ inline void check(ucs_status_t s, const std::string& what) {
 enum class Protocol { Auto, Tag, Put };
 
 inline Protocol protocol_from_env() {
-  const std::string s = settings::choice("RDMACOLL_UCX_PROTOCOL");
-  return s == "put" ? Protocol::Put : s == "tag" ? Protocol::Tag : Protocol::Auto;
+  using settings::kUcxProtocol;
+  const auto s = settings::read(kUcxProtocol);
+  return s == kUcxProtocol.value("put")   ? Protocol::Put
+         : s == kUcxProtocol.value("tag") ? Protocol::Tag
+                                          : Protocol::Auto;
 }
 
 // UCX_TLS that leaves out every shared-memory transport (e.g. "tcp") forces the network even
@@ -239,7 +242,7 @@ class UcxTransport final : public Transport {
   Protocol protocol_;
   bool close_failed_ = false;         // a peer was marked failed: progress() closes its endpoint
   bool close_without_flush_ = false;  // abort_process_group: endpoints are forced closed
-  size_t max_message_ = settings::count("RDMACOLL_TEST_MAX_MESSAGE", SIZE_MAX);
+  size_t max_message_ = settings::read(settings::kTestMaxMessage).value_or(SIZE_MAX);
   uint64_t endpoints_created_ = 0;
   bool shm_;
   std::string rndv_thresh_;        // set by us, when not by the user

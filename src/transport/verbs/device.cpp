@@ -21,13 +21,6 @@
 
 namespace rdmacoll::transport::verbs_device {
 
-// A registered setting's value (common/settings), nullptr when unset or empty.
-const char* env(const char* name) {
-  (void)settings::spec(name);
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
-
 std::string errno_text(int e) {
   return std::strerror(e) + std::string(" (errno ") + std::to_string(e) + ")";
 }
@@ -52,9 +45,10 @@ TransportError registration_error(size_t length, int err) {
 void init_fork_safety() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const std::string setting = settings::choice("RDMACOLL_FORK_INIT");
-    const bool forced = setting == "1";
-    const bool refused = setting == "0";
+    using settings::kForkInit;
+    const auto setting = settings::read(kForkInit);
+    const bool forced = setting == kForkInit.value("1");
+    const bool refused = setting == kForkInit.value("0");
     const ibv_fork_status status = ibv_is_fork_initialized();
     if (status == IBV_FORK_ENABLED) return;
     if (refused || (status == IBV_FORK_UNNEEDED && !forced)) {
@@ -75,21 +69,16 @@ void init_fork_safety() {
   });
 }
 
-// A verbs setting within its registered bounds (common/settings).
-int env_int(const char* name, int fallback) {
-  return static_cast<int>(settings::count(name, static_cast<uint64_t>(fallback)));
-}
-
 // RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
 uint16_t env_pkey() {
-  const char* v = env("RDMACOLL_IB_PKEY");
+  const auto v = settings::read(settings::kIbPkey);
   if (!v) return 0;
   char* end = nullptr;
-  const long x = std::strtol(v, &end, 0);
+  const long x = std::strtol(v->c_str(), &end, 0);
   if (*end || x < 1 || x > 0xffff) {
     throw InvalidArgument(
         std::string("RDMACOLL_IB_PKEY: expected a P_Key from 0x1 to 0xffff, got '") +
-        settings::shown(v) + "'");
+        settings::shown(*v) + "'");
   }
   return static_cast<uint16_t>(x);
 }
@@ -137,20 +126,21 @@ OpenDevice open_device(const std::string& preferred) {
     out.choice.reason = "no RDMA devices (ibv_get_device_list found none)";
     return out;
   }
-  const char* want_dev = env("RDMACOLL_IB_DEVICE");
+  const auto want_dev = settings::read(settings::kIbDevice);
   // The topology's nearest NIC goes first when it has an ACTIVE port; the others follow.
   if (!want_dev && !preferred.empty()) {
     std::stable_partition(list, list + n,
                           [&](ibv_device* d) { return preferred == ibv_get_device_name(d); });
   }
-  const int want_port = static_cast<int>(settings::count("RDMACOLL_IB_PORT", 0));
-  const int want_gid = static_cast<int>(settings::count("RDMACOLL_GID_INDEX", UINT16_MAX + 1));
-  const char* family_text = env("RDMACOLL_IB_ADDR_FAMILY");
-  const auto family = fabric::parse_addr_family(family_text ? family_text : "");
+  const int want_port = static_cast<int>(settings::read(settings::kIbPort).value_or(0));
+  const int want_gid =
+      static_cast<int>(settings::read(settings::kGidIndex).value_or(UINT16_MAX + 1));
+  const std::string family_text = settings::read(settings::kIbAddrFamily).value_or("");
+  const auto family = fabric::parse_addr_family(family_text);
   std::optional<fabric::AddrRange> range;
   std::string range_error;
-  if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
-    range = fabric::parse_addr_range(r, &range_error);
+  if (const auto r = settings::read(settings::kIbAddrRange)) {
+    range = fabric::parse_addr_range(*r, &range_error);
     if (!range) {
       ibv_free_device_list(list);
       out.choice.reason = "RDMACOLL_IB_ADDR_RANGE: " + range_error;
@@ -169,7 +159,7 @@ OpenDevice open_device(const std::string& preferred) {
   int preferred_link_layer = -1;
   for (int d = 0; d < n && !out.ctx; ++d) {
     const std::string name = ibv_get_device_name(list[d]);
-    if (want_dev && name != want_dev) continue;
+    if (want_dev && name != *want_dev) continue;
     ibv_context* ctx = ibv_open_device(list[d]);
     if (!ctx) {
       seen += " " + name + "(cannot open: " + errno_text(errno) + ")";
@@ -224,7 +214,7 @@ OpenDevice open_device(const std::string& preferred) {
   }
   if (!out.ctx) {
     out.choice.reason = std::string("no ACTIVE RDMA port") +
-                        (want_dev ? std::string(" on RDMACOLL_IB_DEVICE=") + want_dev : "") +
+                        (want_dev ? std::string(" on RDMACOLL_IB_DEVICE=") + *want_dev : "") +
                         (seen.empty() ? "" : "; seen:" + seen);
   }
   return out;
@@ -232,13 +222,14 @@ OpenDevice open_device(const std::string& preferred) {
 
 void check_settings() {
   (void)env_pkey();
-  if (const char* f = env("RDMACOLL_IB_ADDR_FAMILY"); f && !fabric::parse_addr_family(f)) {
+  if (const auto f = settings::read(settings::kIbAddrFamily); f && !fabric::parse_addr_family(*f)) {
     throw InvalidArgument(std::string("RDMACOLL_IB_ADDR_FAMILY: expected ipv4 or ipv6, got '") +
-                          settings::shown(f) + "'");
+                          settings::shown(*f) + "'");
   }
-  if (const char* r = env("RDMACOLL_IB_ADDR_RANGE")) {
+  if (const auto r = settings::read(settings::kIbAddrRange)) {
     std::string why;
-    if (!fabric::parse_addr_range(r, &why)) throw InvalidArgument("RDMACOLL_IB_ADDR_RANGE: " + why);
+    if (!fabric::parse_addr_range(*r, &why))
+      throw InvalidArgument("RDMACOLL_IB_ADDR_RANGE: " + why);
   }
 }
 
@@ -254,8 +245,9 @@ Device::Device(const std::string& preferred) {
     throw TransportError("verbs: cannot read GID " + std::to_string(choice.gid_index) + " of " +
                          choice.device);
   }
-  const std::string cap = settings::choice("RDMACOLL_IB_MTU");
-  mtu = fabric::advertised_mtu(port.active_mtu, cap == "auto" ? 0 : std::stoull(cap));
+  const auto cap = settings::read(settings::kIbMtu);
+  mtu = fabric::advertised_mtu(
+      port.active_mtu, cap == settings::kIbMtu.value("auto") ? 0 : std::stoull(std::string(cap)));
   read_fabric_settings();
   pd = ibv_alloc_pd(ctx);
   channel = ibv_create_comp_channel(ctx);
@@ -319,10 +311,11 @@ std::chrono::milliseconds Device::retry_budget() const {
 void Device::read_fabric_settings() {
   FabricSettings f;
   const int sysfs_tc = sysfs_traffic_class(choice.device, choice.port);
-  f.traffic_class = env_int("RDMACOLL_IB_TC", std::max(sysfs_tc, 0));
-  f.service_level = static_cast<int>(settings::count(settings::kIbServiceLevel));
-  f.timeout = static_cast<int>(settings::count(settings::kIbAckTimeout));
-  const int wanted_retries = static_cast<int>(settings::count(settings::kIbRetryCount));
+  const auto tc = settings::read(settings::kIbTrafficClass);
+  f.traffic_class = tc ? static_cast<int>(*tc) : std::max(sysfs_tc, 0);
+  f.service_level = static_cast<int>(settings::read(settings::kIbServiceLevel));
+  f.timeout = static_cast<int>(settings::read(settings::kIbAckTimeout));
+  const int wanted_retries = static_cast<int>(settings::read(settings::kIbRetryCount));
   f.retry_count = fabric::qp_retry_count(wanted_retries, attr.vendor_id);
   if (f.retry_count != wanted_retries) {
     log::info("verbs: " + port_name() + " is SoftRoCE (rxe), which retries forever at retry " +
@@ -339,7 +332,7 @@ void Device::read_fabric_settings() {
     }
     f.pkey_index = fabric::select_pkey_index(table, want);
     if (f.pkey_index < 0) {
-      throw TransportError("verbs: P_Key " + std::string(env("RDMACOLL_IB_PKEY")) +
+      throw TransportError("verbs: P_Key " + settings::read(settings::kIbPkey).value_or("") +
                            " (RDMACOLL_IB_PKEY) is not in " + port_name() + "'s P_Key table of " +
                            std::to_string(table.size()) + " entries");
     }
@@ -363,9 +356,9 @@ void Device::read_fabric_settings() {
   log::info(
       "verbs: " + port_name() + " GID index " + std::to_string(choice.gid_index) + " " +
       fabric::gid_text(g) + " (" + type + "), traffic class " + std::to_string(f.traffic_class) +
-      (env("RDMACOLL_IB_TC") ? " (RDMACOLL_IB_TC)"
-       : sysfs_tc >= 0       ? " (sysfs)"
-                             : "") +
+      (settings::read(settings::kIbTrafficClass) ? " (RDMACOLL_IB_TC)"
+       : sysfs_tc >= 0                           ? " (sysfs)"
+                                                 : "") +
       ", SL " + std::to_string(f.service_level) + ", P_Key index " + std::to_string(f.pkey_index) +
       ", MTU " + std::to_string(128 << mtu) + ", timeout " + std::to_string(f.timeout) +
       ", retry " + std::to_string(f.retry_count) + (f.grh_required ? ", GRH required" : ""));

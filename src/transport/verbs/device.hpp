@@ -18,10 +18,6 @@
 
 namespace rdmacoll::transport::verbs_device {
 
-// A registered setting's value (common/settings), nullptr when unset or empty.
-const char* env(const char* name);
-// A verbs setting within its registered bounds (common/settings).
-int env_int(const char* name, int fallback);
 // RDMACOLL_IB_PKEY, written in hex (0x8012) as P_Keys are, or decimal; 0 when unset.
 uint16_t env_pkey();
 std::string errno_text(int e);

@@ -17,15 +17,15 @@ void delay_first_connection(int my_rank) {
   bool first = false;
   std::call_once(once, [&] { first = true; });
   if (!first) return;
-  const uint64_t ms = settings::count(settings::kTestQpDelayMs);
-  const uint64_t rank = settings::count("RDMACOLL_TEST_QP_DELAY_RANK", UINT64_MAX);
+  const uint64_t ms = settings::read(settings::kTestQpDelayMs);
+  const uint64_t rank = settings::read(settings::kTestQpDelayRank).value_or(UINT64_MAX);
   if (!ms || rank != static_cast<uint64_t>(my_rank)) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 uint64_t receive_queue_cap(uint64_t device_max) {
   return std::min(device_max,
-                  settings::count("RDMACOLL_TEST_SRQ_RECEIVES", verbs_plan::kMaxReceives));
+                  settings::read(settings::kTestSrqReceives).value_or(verbs_plan::kMaxReceives));
 }
 
 }  // namespace rdmacoll::transport::verbs_test_hooks

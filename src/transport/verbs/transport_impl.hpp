@@ -58,8 +58,6 @@
 namespace rdmacoll::transport::verbs_impl {
 
 using verbs_device::Device;
-using verbs_device::env;
-using verbs_device::env_int;
 using verbs_device::env_pkey;
 using verbs_device::errno_text;
 using verbs_device::gid_table;
@@ -98,21 +96,21 @@ constexpr int kMaxLanes = static_cast<int>(settings::kIbQpsPerPeer.max);
 // RDMACOLL_IB_CHUNK: the largest RDMA write; bigger chunks go as several,
 // so a NIC with several engines or QPs works on them side by side.
 inline size_t write_piece_bytes() {
-  return settings::count(settings::kIbChunk);
+  return settings::read(settings::kIbChunk);
 }
 
 inline int lanes_per_peer() {
-  return static_cast<int>(settings::count(settings::kIbQpsPerPeer));
+  return static_cast<int>(settings::read(settings::kIbQpsPerPeer));
 }
 
 // RDMACOLL_IB_EAGER_SLOTS: eager slots per connected peer (0: control messages go as SENDs).
 inline int eager_slots_per_peer() {
-  return static_cast<int>(settings::count(settings::kIbEagerSlots));
+  return static_cast<int>(settings::read(settings::kIbEagerSlots));
 }
 
 // RDMACOLL_MR_CACHE_MB: how much registered memory the cache keeps.
 inline size_t mr_cache_bytes() {
-  return settings::count(settings::kMrCacheMb) << 20;
+  return settings::read(settings::kMrCacheMb) << 20;
 }
 
 class VerbsTransport final : public Transport,

@@ -8,7 +8,8 @@ VerbsTransport::VerbsTransport(const std::string& preferred_device)
     : dev_(preferred_device), port_(dev_.retry_budget()) {
   piece_bytes_ = write_piece_bytes();
   lanes_ = lanes_per_peer();
-  adaptive_routing_ = settings::choice("RDMACOLL_IB_ADAPTIVE_ROUTING") == "1";
+  adaptive_routing_ =
+      settings::read(settings::kIbAdaptiveRouting) == settings::kIbAdaptiveRouting.value("1");
   log::info("verbs: writes in pieces of " + std::to_string(piece_bytes_) + " B over " +
             std::to_string(lanes_) + (lanes_ == 1 ? " QP" : " QPs") +
             " per peer, and one for control");

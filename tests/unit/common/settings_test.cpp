@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -24,12 +25,12 @@ struct Env {
 };
 
 TEST(Settings, ChoicesAreStrictAndDefaultToTheFirst) {
-  EXPECT_EQ(choice("RDMACOLL_TRANSPORT"), "auto");
+  EXPECT_EQ(read(kTransport), "auto");
   Env e("RDMACOLL_TRANSPORT", "VERBS");
-  EXPECT_EQ(choice("RDMACOLL_TRANSPORT"), "verbs");  // case does not matter
+  EXPECT_EQ(read(kTransport), kTransport.value("verbs"));  // case does not matter
   Env d("RDMACOLL_DEBUG", "loud");
   try {
-    (void)choice("RDMACOLL_DEBUG");
+    (void)read(kDebug);
     FAIL() << "no error";
   } catch (const InvalidArgument& x) {
     EXPECT_STREQ(x.what(), "RDMACOLL_DEBUG: expected one of warn, info, trace, got 'loud'");
@@ -37,17 +38,50 @@ TEST(Settings, ChoicesAreStrictAndDefaultToTheFirst) {
 }
 
 TEST(Settings, CountsKeepTheirRegisteredBounds) {
-  EXPECT_EQ(count("RDMACOLL_IB_SL", 3), 3u);
+  EXPECT_EQ(read(kIbServiceLevel), 0u);
   {
     Env e("RDMACOLL_IB_SL", "16");
-    EXPECT_THROW((void)count("RDMACOLL_IB_SL", 0), InvalidArgument);
+    EXPECT_THROW((void)read(kIbServiceLevel), InvalidArgument);
   }
+  EXPECT_EQ(read(kEagerLimit), std::nullopt);  // unset: the group's shape decides
   {
     Env e("RDMACOLL_EAGER_LIMIT", std::to_string(4u << 20));
-    EXPECT_EQ(count("RDMACOLL_EAGER_LIMIT", 0), 4u << 20);
+    EXPECT_EQ(read(kEagerLimit), 4u << 20);
   }
   Env e("RDMACOLL_EAGER_LIMIT", std::to_string((4u << 20) + 1));
-  EXPECT_THROW((void)count("RDMACOLL_EAGER_LIMIT", 0), InvalidArgument);
+  EXPECT_THROW((void)read(kEagerLimit), InvalidArgument);
+}
+
+// The registry is made from the constants code reads through: each one's entry has its type,
+// bounds and default, so a reader and the README cannot disagree.
+TEST(Settings, EveryConstantIsTheRegistrysEntryOfItsName) {
+  for (const Count* c : {&kIbPort, &kGidIndex, &kSpinUs, &kEagerLimit, &kIbTrafficClass,
+                         &kTestMaxMessage, &kTestQpDelayRank, &kTestSrqReceives}) {
+    const Spec& s = spec(c->name);
+    EXPECT_EQ(s.type, Type::Count) << c->name;
+    EXPECT_EQ(s.min, c->min) << c->name;
+    EXPECT_EQ(s.max, c->max) << c->name;
+    EXPECT_EQ(s.default_text, c->default_text) << c->name;
+  }
+  for (const Text* t : {&kAuthToken, &kJobId, &kStoreBind, &kIbDevice, &kHostId, &kIbAddrFamily,
+                        &kIbAddrRange, &kIbPkey}) {
+    EXPECT_EQ(spec(t->name).type, Type::Text) << t->name;
+    EXPECT_EQ(spec(t->name).default_text, t->default_text) << t->name;
+  }
+  const Spec& mtu = spec(kIbMtu.name);
+  EXPECT_EQ(mtu.type, Type::Choice);
+  EXPECT_TRUE(std::equal(mtu.choices.begin(), mtu.choices.end(), kIbMtu.values.begin(),
+                         kIbMtu.values.end()));
+  EXPECT_EQ(spec(kTimeout.name).default_text, "1800");
+  EXPECT_EQ(read(kTimeout), kTimeout.value);
+  size_t constants = 8 + 8 + 8 + 1;  // the counts, texts and numbers above, and the timeout
+  for (std::string_view c : {kTransport.name, kAlgo.name, kAllToAll.name, kDescriptors.name,
+                             kTopology.name, kUcxProtocol.name, kDebug.name, kIbMtu.name,
+                             kIbAdaptiveRouting.name, kForkInit.name, kProgress.name}) {
+    EXPECT_EQ(spec(c).type, Type::Choice) << c;
+    ++constants;
+  }
+  EXPECT_EQ(all().size(), constants) << "a registered setting without its constant";
 }
 
 // A Number's default and bounds are stated once (settings.hpp): its reader gets the default
@@ -55,7 +89,7 @@ TEST(Settings, CountsKeepTheirRegisteredBounds) {
 TEST(Settings, ANumberIsReadRegisteredAndShownWithTheOneDefaultItStates) {
   for (const Number* n : {&kIbServiceLevel, &kIbAckTimeout, &kIbRetryCount, &kIbChunk,
                           &kIbQpsPerPeer, &kIbEagerSlots, &kMrCacheMb, &kTestQpDelayMs}) {
-    EXPECT_EQ(count(*n), n->value) << n->name;
+    EXPECT_EQ(read(*n), n->value) << n->name;
     const Spec& s = spec(n->name);
     EXPECT_EQ(s.type, Type::Count) << n->name;
     EXPECT_EQ(s.min, n->min) << n->name;
@@ -66,7 +100,7 @@ TEST(Settings, ANumberIsReadRegisteredAndShownWithTheOneDefaultItStates) {
   EXPECT_NE(markdown_table().find("| `RDMACOLL_MR_CACHE_MB` | 0 to 1073741824 (2048) |"),
             std::string::npos);
   Env e("RDMACOLL_IB_CHUNK", "8192");
-  EXPECT_EQ(count(kIbChunk), 8192u);
+  EXPECT_EQ(read(kIbChunk), 8192u);
 }
 
 // Numbers are plain decimals: no blanks, signs, hex or exponents, which strtod and strtoull
@@ -74,16 +108,14 @@ TEST(Settings, ANumberIsReadRegisteredAndShownWithTheOneDefaultItStates) {
 TEST(Settings, NumbersAreDigitsOnly) {
   for (const char* bad : {" 5", "+5", "0x10", "1e3", "5 ", "-0", ".5", "nan"}) {
     Env e("RDMACOLL_IB_SL", bad);
-    EXPECT_THROW((void)count("RDMACOLL_IB_SL", 0), InvalidArgument) << "'" << bad << "'";
+    EXPECT_THROW((void)read(kIbServiceLevel), InvalidArgument) << "'" << bad << "'";
     Env t("RDMACOLL_TIMEOUT_S", bad);
-    EXPECT_THROW((void)duration("RDMACOLL_TIMEOUT_S", std::chrono::milliseconds(1)),
-                 InvalidArgument)
-        << "'" << bad << "'";
+    EXPECT_THROW((void)read(kTimeout), InvalidArgument) << "'" << bad << "'";
   }
   Env t("RDMACOLL_TIMEOUT_S", "2.5m");
-  EXPECT_EQ(duration("RDMACOLL_TIMEOUT_S", std::chrono::milliseconds(1)).count(), 150000);
+  EXPECT_EQ(read(kTimeout).count(), 150000);
   Env e("RDMACOLL_IB_SL", "15");
-  EXPECT_EQ(count("RDMACOLL_IB_SL", 0), 15u);
+  EXPECT_EQ(read(kIbServiceLevel), 15u);
 }
 
 TEST(Settings, EverySettingTheRanksShareIsCompared) {
