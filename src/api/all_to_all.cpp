@@ -95,8 +95,13 @@ void all_to_all_single_now(engine::Engine& e, GroupState& g, Tensor& output, con
     out_splits.clear();
     in_splits.clear();
   }
-  engine::all_to_all(e, g, output.data(), input.data(), output.dtype(), out_splits, in_splits,
-                     error);
+  engine::all_to_all(e, g,
+                     {.out = output.data(),
+                      .in = input.data(),
+                      .dtype = output.dtype(),
+                      .out_splits = out_splits,
+                      .in_splits = in_splits,
+                      .local_error = error});
 }
 
 void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outputs,
@@ -142,7 +147,13 @@ void all_to_all_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
     std::memcpy(in.data() + offset, inputs[j].data(), inputs[j].nbytes());
     offset += inputs[j].nbytes();
   }
-  engine::all_to_all(e, g, out.data(), in.data(), dt, out_splits, in_splits, error);
+  engine::all_to_all(e, g,
+                     {.out = out.data(),
+                      .in = in.data(),
+                      .dtype = dt,
+                      .out_splits = out_splits,
+                      .in_splits = in_splits,
+                      .local_error = error});
   offset = 0;
   for (Tensor& t : outputs) {
     std::memcpy(t.data(), out.data() + offset, t.nbytes());

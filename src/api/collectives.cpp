@@ -174,7 +174,12 @@ void all_gather_now(engine::Engine& e, GroupState& g, std::vector<Tensor>& outpu
 void all_reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, ReduceOp op) {
   // A dtype the operator cannot reduce still goes to the peers, so that every rank raises.
   const std::string error = g.is_member() ? engine::reduce_unsupported(op, tensor.dtype()) : "";
-  engine::all_reduce(e, g, tensor.data(), tensor.dtype(), tensor.numel(), op, error);
+  engine::all_reduce(e, g,
+                     {.data = tensor.data(),
+                      .dtype = tensor.dtype(),
+                      .numel = tensor.numel(),
+                      .op = op,
+                      .local_error = error});
 }
 
 std::string check_reduce_scatter_args(const Tensor& output, const Tensor& input, ReduceOp op, int p,
@@ -210,8 +215,13 @@ void reduce_scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const 
                         ReduceOp op) {
   const std::string error =
       g.is_member() ? check_reduce_scatter_args(output, input, op, g.size(), g.rank) : "";
-  engine::reduce_scatter(e, g, output.data(), input.data(), output.dtype(), output.numel(), op,
-                         error);
+  engine::reduce_scatter(e, g,
+                         {.out = output.data(),
+                          .in = input.data(),
+                          .dtype = output.dtype(),
+                          .n = output.numel(),
+                          .op = op,
+                          .local_error = error});
 }
 
 void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
@@ -221,7 +231,12 @@ void broadcast_now(engine::Engine& e, GroupState& g, Tensor& tensor, int src) {
     root = api::group_root(g, src, "src", error);
     if (tensor.data() == nullptr && tensor.numel() > 0) error = "tensor has no storage";
   }
-  engine::broadcast(e, g, tensor.data(), tensor.dtype(), tensor.numel(), root, error);
+  engine::broadcast(e, g,
+                    {.data = tensor.data(),
+                     .dtype = tensor.dtype(),
+                     .numel = tensor.numel(),
+                     .root = root,
+                     .local_error = error});
 }
 
 }  // namespace
@@ -298,27 +313,25 @@ Work reject(Collective collective, const std::string& why, const Group& group, b
       case Collective::AllGather: {
         engine::RoundArgs a;
         a.collective = &engine::collectives::kAllGather;
-        a.collective = &engine::collectives::kAllGather;
         a.local_error = why;
         return engine::all_gather(e, g, a);
       }
       case Collective::AllReduce:
-        return engine::all_reduce(e, g, nullptr, DType::Float32, 0, ReduceOp::Sum, why);
+        return engine::all_reduce(e, g, {.local_error = why});
       case Collective::ReduceScatter:
-        return engine::reduce_scatter(e, g, nullptr, nullptr, DType::Float32, 0, ReduceOp::Sum,
-                                      why);
+        return engine::reduce_scatter(e, g, {.local_error = why});
       case Collective::Broadcast:
-        return engine::broadcast(e, g, nullptr, DType::Float32, 0, 0, why);
+        return engine::broadcast(e, g, {.local_error = why});
       case Collective::Barrier:
-        return engine::barrier(e, g, why);
+        return engine::barrier(e, g, {.local_error = why});
       case Collective::Gather:
-        return engine::gather(e, g, nullptr, nullptr, DType::Float32, 0, 0, why);
+        return engine::gather(e, g, {.local_error = why});
       case Collective::Scatter:
-        return engine::scatter(e, g, nullptr, nullptr, DType::Float32, 0, 0, why);
+        return engine::scatter(e, g, {.local_error = why});
       case Collective::Reduce:
-        return engine::reduce(e, g, nullptr, DType::Float32, 0, ReduceOp::Sum, 0, why);
+        return engine::reduce(e, g, {.local_error = why});
       case Collective::AllToAll:
-        return engine::all_to_all(e, g, nullptr, nullptr, DType::Float32, {}, {}, why);
+        return engine::all_to_all(e, g, {.local_error = why});
     }
     throw InvalidArgument("reject: unknown collective " +
                           std::to_string(static_cast<int>(collective)));

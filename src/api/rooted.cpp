@@ -44,7 +44,13 @@ void gather_now(engine::Engine& e, GroupState& g, Tensor* output, const Tensor& 
     }
   }
   void* out = output && g.rank == root ? output->data() : nullptr;
-  engine::gather(e, g, out, input.data(), input.dtype(), input.numel(), root, error);
+  engine::gather(e, g,
+                 {.out = out,
+                  .in = input.data(),
+                  .dtype = input.dtype(),
+                  .n = input.numel(),
+                  .root = root,
+                  .local_error = error});
 }
 
 void scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const Tensor* input, int src) {
@@ -67,7 +73,13 @@ void scatter_now(engine::Engine& e, GroupState& g, Tensor& output, const Tensor*
     }
   }
   const void* in = input && g.rank == root ? input->data() : nullptr;
-  engine::scatter(e, g, output.data(), in, output.dtype(), output.numel(), root, error);
+  engine::scatter(e, g,
+                  {.out = output.data(),
+                   .in = in,
+                   .dtype = output.dtype(),
+                   .n = output.numel(),
+                   .root = root,
+                   .local_error = error});
 }
 
 void reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, int dst, ReduceOp op) {
@@ -78,7 +90,13 @@ void reduce_now(engine::Engine& e, GroupState& g, Tensor& tensor, int dst, Reduc
     if (error.empty()) error = engine::reduce_unsupported(op, tensor.dtype());
     if (error.empty()) error = storage_error(&tensor, "the tensor");
   }
-  engine::reduce(e, g, tensor.data(), tensor.dtype(), tensor.numel(), op, root, error);
+  engine::reduce(e, g,
+                 {.data = tensor.data(),
+                  .dtype = tensor.dtype(),
+                  .numel = tensor.numel(),
+                  .op = op,
+                  .root = root,
+                  .local_error = error});
 }
 
 }  // namespace

@@ -144,7 +144,8 @@ TEST(AllReduceOnLoopback, EveryGroupSizeAndLayout) {
       Tensor t = zeros({n}, DType::Float64);
       for (int64_t i = 0; i < n; ++i)
         t.set(i, value_of(c.rank, i, 0));
-      all_reduce(c.engine, c.group, t.data(), DType::Float64, n, ReduceOp::Sum, "");
+      all_reduce(c.engine, c.group,
+                 {.data = t.data(), .dtype = DType::Float64, .numel = n, .op = ReduceOp::Sum});
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int r = 0; r < c.p; ++r)
@@ -167,10 +168,16 @@ TEST(AllReduceOnLoopback, ARankThatRejectsItsArgumentsMakesEveryRankRaiseAndTheG
           Tensor t = zeros({n}, DType::Float32);
           try {
             if (c.rank == bad) {
-              all_reduce(c.engine, c.group, nullptr, DType::Float32, 0, ReduceOp::Sum,
-                         "a mistake of this rank's");
+              all_reduce(c.engine, c.group,
+                         {.data = nullptr,
+                          .dtype = DType::Float32,
+                          .numel = 0,
+                          .op = ReduceOp::Sum,
+                          .local_error = "a mistake of this rank's"});
             } else {
-              all_reduce(c.engine, c.group, t.data(), DType::Float32, n, ReduceOp::Sum, "");
+              all_reduce(
+                  c.engine, c.group,
+                  {.data = t.data(), .dtype = DType::Float32, .numel = n, .op = ReduceOp::Sum});
             }
             check(false, "no error");
           } catch (const InvalidArgument& e) {

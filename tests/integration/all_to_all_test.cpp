@@ -167,8 +167,12 @@ void all_to_all_checked(RankContext& c, Count count, int call) {
   for (int64_t k = 0; k < out_total; ++k)
     dst.set(k, -1);
   try {
-    all_to_all(c.engine, c.group, dst.data(), src.data(), DType::Float64, out_splits, in_splits,
-               "");
+    all_to_all(c.engine, c.group,
+               {.out = dst.data(),
+                .in = src.data(),
+                .dtype = DType::Float64,
+                .out_splits = out_splits,
+                .in_splits = in_splits});
   } catch (const InvalidArgument&) {  // then nothing is written, not even our own piece
     for (int64_t k = 0; k < out_total; ++k)
       check(dst.item(k) == -1, "a rejected all_to_all wrote element " + std::to_string(k));

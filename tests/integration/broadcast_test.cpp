@@ -128,7 +128,8 @@ TEST(BroadcastOnLoopback, EveryGroupSizeAndLayout) {
       Tensor b = zeros({n}, DType::Int32);
       for (int64_t i = 0; i < n; ++i)
         b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
-      broadcast(c.engine, c.group, b.data(), DType::Int32, n, root, "");
+      broadcast(c.engine, c.group,
+                {.data = b.data(), .dtype = DType::Int32, .numel = n, .root = root});
       for (int64_t i = 0; i < n; ++i)
         check(b.item(i) == value_of(root, i, 2), "broadcast element " + std::to_string(i));
     }

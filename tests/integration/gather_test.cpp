@@ -69,8 +69,12 @@ TEST(GatherOnLoopback, EveryGroupSizeAndLayout) {
     for (int64_t i = 0; i < n; ++i)
       in.set(i, value_of(c.rank, i, 0));
     Tensor all = zeros({c.p * n}, DType::Float64);
-    gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64, n,
-           root, "");
+    gather(c.engine, c.group,
+           {.out = c.rank == root ? all.data() : nullptr,
+            .in = in.data(),
+            .dtype = DType::Float64,
+            .n = n,
+            .root = root});
     for (int r = 0; c.rank == root && r < c.p; ++r)
       for (int64_t i = 0; i < n; ++i)
         check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);

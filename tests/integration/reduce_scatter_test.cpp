@@ -145,8 +145,12 @@ TEST(ReduceScatterOnLoopback, EveryGroupSizeAndLayout) {
       for (int64_t i = 0; i < c.p * n; ++i)
         in.set(i, value_of(c.rank, i, 1));
       Tensor out = zeros({n}, DType::Float64);
-      reduce_scatter(c.engine, c.group, out.data(), in.data(), DType::Float64, n, ReduceOp::Max,
-                     "");
+      reduce_scatter(c.engine, c.group,
+                     {.out = out.data(),
+                      .in = in.data(),
+                      .dtype = DType::Float64,
+                      .n = n,
+                      .op = ReduceOp::Max});
       for (int64_t i = 0; i < n; ++i) {
         double want = -1;
         for (int r = 0; r < c.p; ++r)

@@ -75,7 +75,12 @@ TEST(ReduceOnLoopback, EveryGroupSizeAndLayout) {
     Tensor in = zeros({n}, DType::Float64);
     for (int64_t i = 0; i < n; ++i)
       in.set(i, value_of(c.rank, i, 0));
-    reduce(c.engine, c.group, in.data(), DType::Float64, n, ReduceOp::Sum, root, "");
+    reduce(c.engine, c.group,
+           {.data = in.data(),
+            .dtype = DType::Float64,
+            .numel = n,
+            .op = ReduceOp::Sum,
+            .root = root});
     for (int64_t i = 0; i < n; ++i) {
       double want = 0;
       for (int r = 0; r < c.p; ++r)

@@ -65,8 +65,12 @@ TEST(ScatterOnLoopback, EveryGroupSizeAndLayout) {
     for (int64_t i = 0; i < c.p * n; ++i)
       whole.set(i, value_of(root, i, 1));
     Tensor piece = zeros({n}, DType::Float64);
-    scatter(c.engine, c.group, piece.data(), c.rank == root ? whole.data() : nullptr,
-            DType::Float64, n, root, "");
+    scatter(c.engine, c.group,
+            {.out = piece.data(),
+             .in = c.rank == root ? whole.data() : nullptr,
+             .dtype = DType::Float64,
+             .n = n,
+             .root = root});
     for (int64_t i = 0; i < n; ++i)
       check(piece.item(i) == value_of(root, c.rank * n + i, 1), "scatter" + at);
   });

@@ -73,8 +73,12 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
 // locally. Either way each element is folded by one rule in rank order (16-bit floats in float),
 // so every rank ends with the same bits. The whole length and the operator ride in every call's
 // descriptors, so a disagreement raises on every rank before anything is written.
-void all_reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op,
-                const std::string& local_error) {
+void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
+  void* const data = args.data;
+  const DType dtype = args.dtype;
+  const int64_t numel = args.numel;
+  const ReduceOp op = args.op;
+  const std::string& local_error = args.local_error;
   constexpr size_t kSegmentBytes = 4u << 20;
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;

@@ -10,9 +10,16 @@
 
 namespace rdmacoll::engine {
 
-// all_reduce: in place over data[0, numel); `local_error` non-empty when a layer above refused
-// this rank's call (the peers raise too).
-void all_reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op,
-                const std::string& local_error);
+// all_reduce: in place over data[0, numel).
+struct AllReduceArgs {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  int64_t numel = 0;
+  ReduceOp op = ReduceOp::Sum;
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args);
 
 }  // namespace rdmacoll::engine

@@ -40,9 +40,13 @@ using all_to_all_parts::Splits;
 using all_to_all_parts::splits_travel;
 using all_to_all_parts::Travel;
 
-void all_to_all(Engine& e, GroupState& g, void* out_ptr, const void* in_ptr, DType dtype,
-                const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
-                const std::string& local_error) {
+void all_to_all(Engine& e, GroupState& g, const AllToAllArgs& args) {
+  void* const out_ptr = args.out;
+  const void* const in_ptr = args.in;
+  const DType dtype = args.dtype;
+  const std::span<const int64_t> out_splits = args.out_splits;
+  const std::span<const int64_t> in_splits = args.in_splits;
+  const std::string& local_error = args.local_error;
   check_usable(g, "all_to_all");
   transport::Transport& t = e.transport();
   const int p = g.size();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ constexpr size_t kWord = sizeof(uint64_t);
 //  - none: the splits do not fit; every member then runs exchange_pairs.
 enum class Travel { Uniform, Full, Pairs };
 
-Travel splits_travel(const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits,
+Travel splits_travel(std::span<const int64_t> in_splits, std::span<const int64_t> out_splits,
                      size_t limit);
 
 // One member's splits as its descriptor carries them (Uniform or Full).
@@ -91,8 +92,8 @@ static_assert(sizeof(PairSizes) == kPairWords * kWord);
 // splits. Two rounds of p - 1 messages of 32 bytes, in place of 16p^2 bytes in descriptors.
 // Returns the disagreement ("" if none), the same on every rank; the sizes stay in the group's
 // scratch for pair_from().
-std::string exchange_pairs(Call& call, const std::vector<int64_t>& in_splits,
-                           const std::vector<int64_t>& out_splits);
+std::string exchange_pairs(Call& call, std::span<const int64_t> in_splits,
+                           std::span<const int64_t> out_splits);
 // The first pair round's message from member r.
 PairSizes pair_from(GroupState& g, int r);
 

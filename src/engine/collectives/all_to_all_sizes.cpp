@@ -11,7 +11,7 @@ namespace rdmacoll::engine::all_to_all_parts {
 
 namespace {
 
-bool all_equal(const std::vector<int64_t>& v) {
+bool all_equal(std::span<const int64_t> v) {
   for (int64_t x : v)
     if (x != v.front()) return false;
   return true;
@@ -37,7 +37,7 @@ static_assert(sizeof(Finding) == kPairWords * kWord);
 
 }  // namespace
 
-Travel splits_travel(const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits,
+Travel splits_travel(std::span<const int64_t> in_splits, std::span<const int64_t> out_splits,
                      size_t limit) {
   if (all_equal(in_splits) && all_equal(out_splits)) return Travel::Uniform;
   return 2 * kWord * in_splits.size() <= limit ? Travel::Full : Travel::Pairs;
@@ -75,8 +75,8 @@ void check_splits(const Call& call, const std::vector<CallDescriptor>& all, int 
   }
 }
 
-std::string exchange_pairs(Call& call, const std::vector<int64_t>& in_splits,
-                           const std::vector<int64_t>& out_splits) {
+std::string exchange_pairs(Call& call, std::span<const int64_t> in_splits,
+                           std::span<const int64_t> out_splits) {
   transport::Transport& t = call.transport();
   GroupState& g = call.group();
   const int p = g.size();

@@ -10,7 +10,8 @@
 
 namespace rdmacoll::engine {
 
-void barrier(Engine& e, GroupState& g, const std::string& local_error) {
+void barrier(Engine& e, GroupState& g, const BarrierArgs& args) {
+  const std::string& local_error = args.local_error;
   check_usable(g, "barrier");
   if (g.size() == 1) {
     ++g.next_seq;

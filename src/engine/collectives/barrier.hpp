@@ -10,7 +10,12 @@
 
 namespace rdmacoll::engine {
 
-// barrier: `local_error` as for all_reduce.
-void barrier(Engine& e, GroupState& g, const std::string& local_error = {});
+// barrier: no member leaves before every member has entered.
+struct BarrierArgs {
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void barrier(Engine& e, GroupState& g, const BarrierArgs& args = {});
 
 }  // namespace rdmacoll::engine

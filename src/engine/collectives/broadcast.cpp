@@ -131,8 +131,12 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs&
 
 }  // namespace
 
-void broadcast(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, int root,
-               const std::string& local_error) {
+void broadcast(Engine& e, GroupState& g, const BroadcastArgs& args) {
+  void* const data = args.data;
+  const DType dtype = args.dtype;
+  const int64_t numel = args.numel;
+  const int root = args.root;
+  const std::string& local_error = args.local_error;
   check_usable(g, "broadcast");
   const int p = g.size();
   const size_t bytes = static_cast<size_t>(numel) * element_size(dtype);

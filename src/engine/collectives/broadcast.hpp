@@ -11,7 +11,15 @@
 namespace rdmacoll::engine {
 
 // broadcast: in place over data[0, numel), from group rank `root`.
-void broadcast(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, int root,
-               const std::string& local_error);
+struct BroadcastArgs {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  int64_t numel = 0;
+  int root = 0;
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void broadcast(Engine& e, GroupState& g, const BroadcastArgs& args);
 
 }  // namespace rdmacoll::engine

@@ -125,11 +125,11 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
       &region);
 }
 
-void gather(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
-            const std::string& local_error) {
-  gather_round(e, g,
-               {collectives::kGather, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in),
-                dtype, n, root, ReduceOp::Sum, static_cast<uint64_t>(n), local_error});
+void gather(Engine& e, GroupState& g, const GatherArgs& a) {
+  gather_round(
+      e, g,
+      {collectives::kGather, static_cast<uint8_t*>(a.out), static_cast<const uint8_t*>(a.in),
+       a.dtype, a.n, a.root, ReduceOp::Sum, static_cast<uint64_t>(a.n), a.local_error});
 }
 
 }  // namespace rdmacoll::engine

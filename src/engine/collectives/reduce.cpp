@@ -16,8 +16,13 @@
 
 namespace rdmacoll::engine {
 
-void reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op, int root,
-            const std::string& local_error) {
+void reduce(Engine& e, GroupState& g, const ReduceArgs& args) {
+  void* const data = args.data;
+  const DType dtype = args.dtype;
+  const int64_t numel = args.numel;
+  const ReduceOp op = args.op;
+  const int root = args.root;
+  const std::string& local_error = args.local_error;
   constexpr size_t kSegmentBytes = 4u << 20;
   check_usable(g, "reduce");
   const size_t es = element_size(dtype);

@@ -12,7 +12,16 @@ namespace rdmacoll::engine {
 
 // reduce: the reduction of every member's data[0, numel) into the root's `data`; the others'
 // data stays as it was.
-void reduce(Engine& e, GroupState& g, void* data, DType dtype, int64_t numel, ReduceOp op, int root,
-            const std::string& local_error);
+struct ReduceArgs {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  int64_t numel = 0;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;  // a group rank
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void reduce(Engine& e, GroupState& g, const ReduceArgs& args);
 
 }  // namespace rdmacoll::engine

@@ -205,8 +205,13 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a)
 // one round (inline, through the slots on one host) and folds its own piece: one round instead
 // of a descriptor round plus a data round. Beyond it, direct reduce-scatter rounds of at most
 // 4 MiB pieces: each rank receives (p-1)/p of its output's worth from every peer, no more.
-void reduce_scatter(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n,
-                    ReduceOp op, const std::string& local_error) {
+void reduce_scatter(Engine& e, GroupState& g, const ReduceScatterArgs& args) {
+  void* const out = args.out;
+  const void* const in = args.in;
+  const DType dtype = args.dtype;
+  const int64_t n = args.n;
+  const ReduceOp op = args.op;
+  const std::string& local_error = args.local_error;
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;
   const auto* src = static_cast<const uint8_t*>(in);

@@ -12,7 +12,16 @@ namespace rdmacoll::engine {
 
 // reduce_scatter_tensor: `in` holds p x n elements, `out` receives the reduction of every
 // member's piece `rank` (n elements); in and out share `dtype`.
-void reduce_scatter(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n,
-                    ReduceOp op, const std::string& local_error);
+struct ReduceScatterArgs {
+  void* out = nullptr;
+  const void* in = nullptr;
+  DType dtype = DType::Float32;
+  int64_t n = 0;
+  ReduceOp op = ReduceOp::Sum;
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void reduce_scatter(Engine& e, GroupState& g, const ReduceScatterArgs& args);
 
 }  // namespace rdmacoll::engine

@@ -35,8 +35,13 @@ void check_paths(const Call& call, const std::vector<CallDescriptor>& all, int r
 
 }  // namespace
 
-void scatter(Engine& e, GroupState& g, void* out_ptr, const void* in_ptr, DType dtype, int64_t n,
-             int root_rank, const std::string& local_error) {
+void scatter(Engine& e, GroupState& g, const ScatterArgs& args) {
+  void* const out_ptr = args.out;
+  const void* const in_ptr = args.in;
+  const DType dtype = args.dtype;
+  const int64_t n = args.n;
+  const int root_rank = args.root;
+  const std::string& local_error = args.local_error;
   check_usable(g, "scatter");
   const int p = g.size();
   const bool root = g.rank == root_rank;

@@ -11,7 +11,16 @@
 namespace rdmacoll::engine {
 
 // scatter: the root's `in` (p x n; only the root's is read) piece j into member j's `out` (n).
-void scatter(Engine& e, GroupState& g, void* out, const void* in, DType dtype, int64_t n, int root,
-             const std::string& local_error);
+struct ScatterArgs {
+  void* out = nullptr;
+  const void* in = nullptr;
+  DType dtype = DType::Float32;
+  int64_t n = 0;
+  int root = 0;  // a group rank
+  // Non-empty when a layer above refused this rank's call: it still goes to the peers, so
+  // that they raise too.
+  std::string local_error = {};
+};
+void scatter(Engine& e, GroupState& g, const ScatterArgs& args);
 
 }  // namespace rdmacoll::engine

@@ -67,14 +67,22 @@ TEST(EngineInProcess, RootedCallsWhereTheTreePaysSendEachDescriptorUpItAndTheVer
           in.set(i, value_of(c.rank, i, 0));
         const auto t = c.group.transport.lock();
         const uint64_t before = t->statistics().control_messages_sent;
-        gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(), DType::Float64,
-               n, root, "");
+        gather(c.engine, c.group,
+               {.out = c.rank == root ? all.data() : nullptr,
+                .in = in.data(),
+                .dtype = DType::Float64,
+                .n = n,
+                .root = root});
         for (int r = 0; c.rank == root && r < c.p; ++r)
           for (int64_t i = 0; i < n; ++i)
             check(all.item(r * n + i) == value_of(r, i, 0), "gather" + at);
         Tensor piece = zeros({n}, DType::Float64);
-        scatter(c.engine, c.group, piece.data(), c.rank == root ? all.data() : nullptr,
-                DType::Float64, n, root, "");
+        scatter(c.engine, c.group,
+                {.out = piece.data(),
+                 .in = c.rank == root ? all.data() : nullptr,
+                 .dtype = DType::Float64,
+                 .n = n,
+                 .root = root});
         for (int64_t i = 0; i < n; ++i)
           check(piece.item(i) == value_of(c.rank, i, 0), "scatter" + at);
         messages += t->statistics().control_messages_sent - before;
@@ -105,8 +113,12 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
               all.set(i, -1);
             // A rank that passes another size: every rank names the disagreement.
             try {
-              gather(c.engine, c.group, c.rank == root ? all.data() : nullptr, in.data(),
-                     DType::Float32, c.rank == bad ? n + 1 : n, root, "");
+              gather(c.engine, c.group,
+                     {.out = c.rank == root ? all.data() : nullptr,
+                      .in = in.data(),
+                      .dtype = DType::Float32,
+                      .n = c.rank == bad ? n + 1 : n,
+                      .root = root});
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               check(std::string(e.what()).find("ranks disagree") != std::string::npos,
@@ -116,8 +128,13 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
               check(all.item(i) == -1, "a refused gather wrote" + at);
             // A rank that rejected its own arguments: it raises its own words, the rest its.
             try {
-              scatter(c.engine, c.group, in.data(), c.rank == root ? all.data() : nullptr,
-                      DType::Float32, n, root, c.rank == bad ? "my own mistake" : "");
+              scatter(c.engine, c.group,
+                      {.out = in.data(),
+                       .in = c.rank == root ? all.data() : nullptr,
+                       .dtype = DType::Float32,
+                       .n = n,
+                       .root = root,
+                       .local_error = c.rank == bad ? "my own mistake" : ""});
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               const std::string what = e.what();
@@ -129,7 +146,12 @@ TEST(EngineInProcess, ARootedCallTheRootRefusesRaisesTheRootsWordsOnEveryRank) {
             // Ranks that name different roots (different trees): every rank raises, none waits.
             try {
               const int mine = c.rank == bad ? (root + 1) % c.p : root;
-              reduce(c.engine, c.group, in.data(), DType::Float32, n, ReduceOp::Sum, mine, "");
+              reduce(c.engine, c.group,
+                     {.data = in.data(),
+                      .dtype = DType::Float32,
+                      .numel = n,
+                      .op = ReduceOp::Sum,
+                      .root = mine});
               check(false, "no error" + at);
             } catch (const InvalidArgument& e) {
               check(std::string(e.what()).find("root") != std::string::npos,
@@ -165,18 +187,28 @@ TEST(EngineInProcess, SmallCallsThatDisagreeThroughTheMailboxRaiseTheDifferenceO
       };
       Tensor t = zeros({odd ? 3 : 2}, DType::Float32);
       raises("sizes", "input 3 x torch.float32", [&] {
-        all_reduce(c.engine, c.group, t.data(), DType::Float32, odd ? 3 : 2, ReduceOp::Sum, "");
+        all_reduce(
+            c.engine, c.group,
+            {.data = t.data(), .dtype = DType::Float32, .numel = odd ? 3 : 2, .op = ReduceOp::Sum});
       });
       raises("dtype", "torch.float64", [&] {
-        all_reduce(c.engine, c.group, t.data(), odd ? DType::Float64 : DType::Float32, 1,
-                   ReduceOp::Sum, "");
+        all_reduce(c.engine, c.group,
+                   {.data = t.data(),
+                    .dtype = odd ? DType::Float64 : DType::Float32,
+                    .numel = 1,
+                    .op = ReduceOp::Sum});
       });
       raises("operator", "MAX", [&] {
-        all_reduce(c.engine, c.group, t.data(), DType::Float32, 2,
-                   odd ? ReduceOp::Max : ReduceOp::Sum, "");
+        all_reduce(c.engine, c.group,
+                   {.data = t.data(),
+                    .dtype = DType::Float32,
+                    .numel = 2,
+                    .op = odd ? ReduceOp::Max : ReduceOp::Sum});
       });
       raises("root", "root", [&] {
-        broadcast(c.engine, c.group, t.data(), DType::Float32, 2, odd ? 0 : c.p - 1, "");
+        broadcast(
+            c.engine, c.group,
+            {.data = t.data(), .dtype = DType::Float32, .numel = 2, .root = odd ? 0 : c.p - 1});
       });
     });
   }
@@ -193,7 +225,9 @@ TEST(EngineInProcess, RanksThatCallDifferentCollectivesRaiseBothNamesOnEveryRank
         Tensor t = zeros({2}, DType::Float32);
         try {
           if (odd) {
-            all_reduce(c.engine, c.group, t.data(), DType::Float32, 2, ReduceOp::Sum, "");
+            all_reduce(
+                c.engine, c.group,
+                {.data = t.data(), .dtype = DType::Float32, .numel = 2, .op = ReduceOp::Sum});
           } else {
             gather_checked(c, 2, 0);
           }
