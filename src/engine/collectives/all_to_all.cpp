@@ -26,6 +26,7 @@
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
 #include "engine/engine.hpp"
+#include "engine/message_steps.hpp"
 #include "engine/write_steps.hpp"
 
 namespace rdmacoll::engine {
@@ -164,6 +165,7 @@ void all_to_all(Engine& e, GroupState& g, const AllToAllArgs& args) {
         WritePlan& plan = data.plan;
         plan.clear("output");
         WriteSteps steps(call, t, plan, data.remotes);
+        MessageSteps messages(call, TagKind::Piece, MessageSteps::Carries::Data);
         // Arrivals first: pieces copied out of descriptors, expected writes, posted receives.
         for (int i = 1; i < p; ++i) {
           const int r = (me + p - i) % p;
@@ -182,15 +184,10 @@ void all_to_all(Engine& e, GroupState& g, const AllToAllArgs& args) {
           } else if (region) {
             plan.arrive({r, out_off[r], bytes, static_cast<uint32_t>(r), r, 1});
           } else {
-            const uint64_t tag =
-                make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(r));
-            call.recvs().push_back(
-                {call.guarded([&] { return t.recv(call.global(r), tag, out + out_off[r], bytes); }),
-                 r, Pending::Kind::Arrival, r, 1});
+            messages.expect(r, static_cast<uint32_t>(r), out + out_off[r], bytes);
           }
         }
         if (region) steps.expect_all(*region);
-        const size_t arrivals = call.recvs().size();
         // Then our pieces that did not travel inline.
         std::shared_ptr<transport::MemoryRegion> source;
         if (mine.inline_data.empty()) {
@@ -208,29 +205,19 @@ void all_to_all(Engine& e, GroupState& g, const AllToAllArgs& args) {
               plan.write({j, 0, in_off[j], expected_before_me(j) * es, bytes,
                           static_cast<uint32_t>(me), me, 1});
             } else {
-              const uint64_t tag =
-                  make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(me));
-              call.sends().push_back(
-                  {call.guarded([&] { return t.send(call.global(j), tag, in + in_off[j], bytes); }),
-                   j, Pending::Kind::Write, me, 1});
+              messages.send(j, static_cast<uint32_t>(me), in + in_off[j], bytes);
             }
           }
         }
         plan.end_step();
         const transport::MemoryRegion* sources[] = {source.get()};
         steps.run(all, sources);
-        call.wait(call.recvs(), 0, arrivals);
-        // Without an exposed output every arrival was a message: its length is the sender's.
-        for (size_t k = 0; k < arrivals && !region; ++k) {
-          const Pending& a = call.recvs()[k];
-          const size_t bytes = out_off[a.peer + 1] - out_off[a.peer];
-          if (a.req->length() != bytes) {
-            throw TransportError(call.where() + ": rank " + std::to_string(call.global(a.peer)) +
-                                 " sent a piece of " + std::to_string(a.req->length()) +
-                                 " bytes, expected " + std::to_string(bytes));
-          }
+        // A piece that came as a message is as long as its sender's split says.
+        for (size_t k = 0; k < messages.arrivals(); ++k) {
+          const int r = messages.arrival(k).peer;
+          messages.wait_exactly(k, out_off[r + 1] - out_off[r], "the all_to_all's pieces");
         }
-        call.wait(call.sends(), 0, call.sends().size());
+        messages.wait_all();
       },
       &region);
 }

@@ -5,6 +5,7 @@
 
 #include "engine/collectives/all_to_all_parts.hpp"
 #include "engine/control/control_plane.hpp"
+#include "engine/message_steps.hpp"
 #include "schedule/bruck_all_to_all.hpp"
 #include "schedule/schedule.hpp"
 
@@ -21,7 +22,6 @@ bool offers_bruck(int p, size_t piece, bool fits_inline, int hosts, size_t max_m
 // the slots staged in the group's scratch. Receives are posted up front: each step's sender is
 // a different member, so the pieces' tags (index: the sender) stay apart.
 void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece) {
-  transport::Transport& t = call.transport();
   GroupState& g = call.group();
   const int p = g.size();
   const int me = g.rank;
@@ -36,13 +36,10 @@ void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece) {
   const size_t head = static_cast<size_t>(me) * piece;
   std::memcpy(staging, in + head, static_cast<size_t>(p) * piece - head);
   std::memcpy(staging + static_cast<size_t>(p) * piece - head, in, head);
-  const size_t recvs_before = call.recvs().size();
+  MessageSteps messages(call, TagKind::Piece, MessageSteps::Carries::Data);
   for (size_t k = 0; k < steps.size(); ++k) {
     const int from = steps[k].from;
-    const uint64_t tag = make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(from));
-    call.recvs().push_back(
-        {call.guarded([&] { return t.recv(call.global(from), tag, arrived + k * most, most); }),
-         from, Pending::Kind::Arrival, from, 1});
+    messages.expect(from, static_cast<uint32_t>(from), arrived + k * most, most);
   }
   for (size_t k = 0; k < steps.size(); ++k) {
     const schedule::SlotStep& step = steps[k];
@@ -52,19 +49,9 @@ void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece) {
       std::memcpy(packed + bytes, staging + static_cast<size_t>(run.first) * piece, n);
       bytes += n;
     }
-    const uint64_t tag = make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(me));
     // The transport keeps its own copy of a control message: `packed` is free again at once.
-    call.sends().push_back(
-        {call.guarded([&] { return t.send(call.global(step.to), tag, packed, bytes); }), step.to,
-         Pending::Kind::Write, me, 1});
-    const size_t at = recvs_before + k;
-    call.wait(call.recvs(), at, at + 1);
-    if (call.recvs()[at].req->length() != bytes) {
-      throw TransportError(call.where() + ": rank " + std::to_string(call.global(step.from)) +
-                           " sent " + std::to_string(call.recvs()[at].req->length()) +
-                           " bytes in all_to_all step " + std::to_string(k) + ", expected " +
-                           std::to_string(bytes));
-    }
+    messages.send(step.to, static_cast<uint32_t>(me), packed, bytes);
+    messages.wait_exactly(k, bytes, "the all_to_all's Bruck steps");
     const uint8_t* src = arrived + k * most;
     for (const schedule::Transfer& run : step.slots) {
       const size_t n = static_cast<size_t>(run.count) * piece;
@@ -76,7 +63,7 @@ void bruck_rounds(Call& call, uint8_t* out, const uint8_t* in, size_t piece) {
     std::memcpy(out + static_cast<size_t>(r) * piece,
                 staging + static_cast<size_t>(schedule::final_slot(p, me, r)) * piece, piece);
   }
-  call.wait(call.sends(), 0, call.sends().size());
+  messages.wait_all();
 }
 
 }  // namespace rdmacoll::engine::all_to_all_parts

@@ -6,6 +6,7 @@
 #include "engine/collectives/all_to_all_parts.hpp"
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
+#include "engine/message_steps.hpp"
 
 namespace rdmacoll::engine::all_to_all_parts {
 
@@ -77,7 +78,6 @@ void check_splits(const Call& call, const std::vector<CallDescriptor>& all, int 
 
 std::string exchange_pairs(Call& call, std::span<const int64_t> in_splits,
                            std::span<const int64_t> out_splits) {
-  transport::Transport& t = call.transport();
   GroupState& g = call.group();
   const int p = g.size();
   const int me = g.rank;
@@ -89,36 +89,19 @@ std::string exchange_pairs(Call& call, std::span<const int64_t> in_splits,
   auto read = [&]<typename T>(int k, T& v) { std::memcpy(&v, at(k), sizeof v); };
   // Posts every receive of a round (slots [base + r]), sends what slot(j) holds, waits.
   auto round = [&](int base, auto slot) {
+    MessageSteps messages(call, TagKind::Piece, MessageSteps::Carries::Control);
     for (int i = 1; i < p; ++i) {
       const int r = (me + p - i) % p;
-      const uint64_t tag =
-          make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(base + r));
-      call.recvs().push_back({call.guarded([&] {
-                                return t.recv(call.global(r), tag, at(base + r),
-                                              kPairWords * kWord);
-                              }),
-                              r, Pending::Kind::Descriptor});
+      messages.expect(r, static_cast<uint32_t>(base + r), at(base + r), kPairWords * kWord);
     }
     for (int i = 1; i < p; ++i) {
       const int j = (me + i) % p;
-      const uint64_t tag =
-          make_tag(TagKind::Piece, g.id, call.seq(), static_cast<uint32_t>(base + me));
-      call.sends().push_back(
-          {call.guarded([&] { return t.send(call.global(j), tag, slot(j), kPairWords * kWord); }),
-           j, Pending::Kind::Descriptor});
+      messages.send(j, static_cast<uint32_t>(base + me), slot(j), kPairWords * kWord);
     }
-    call.wait(call.recvs(), 0, call.recvs().size());
-    call.wait(call.sends(), 0, call.sends().size());
-    for (const Pending& a : call.recvs()) {
-      if (a.req->length() != kPairWords * kWord) {
-        throw TransportError(call.where() + ": rank " + std::to_string(call.global(a.peer)) +
-                             " sent " + std::to_string(a.req->length()) +
-                             " bytes in the all_to_all's pair round, expected " +
-                             std::to_string(kPairWords * kWord));
-      }
-    }
-    call.recvs().clear();
-    call.sends().clear();
+    for (size_t i = 0; i < messages.arrivals(); ++i)
+      messages.wait_exactly(i, kPairWords * kWord, "the all_to_all's pair round");
+    messages.wait_all();
+    messages.release();
   };
   uint64_t sent = 0, expected = 0;
   for (int j = 0; j < p; ++j) {

@@ -12,6 +12,7 @@
 #include "engine/control/agreement.hpp"
 #include "engine/control/descriptor_messages.hpp"
 #include "engine/control/descriptor_round.hpp"
+#include "engine/message_steps.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/service.hpp"
 
@@ -190,40 +191,26 @@ const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDe
     return all;
   }
   // The direct round (schedule/service.hpp): every member's descriptor straight to every member.
-  const size_t recvs_before = call.recvs().size();  // a ring call's arrivals, posted already
+  // (After a ring call's arrivals, posted already.)
   const schedule::Schedule& direct = service_schedule(g, schedule::ServiceRounds::Direct);
   static const schedule::Step kAlone{};  // a group of one exchanges nothing
   const schedule::Step& round = direct.steps.empty() ? kAlone : direct.steps.front();
+  MessageSteps messages(call, TagKind::Descriptor, MessageSteps::Carries::Control);
   for (const schedule::Transfer& from : round.recvs) {
-    const int peer = from.peer;
-    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), peer);
-    call.recvs().push_back({call.guarded([&] {
-                              return t.recv(call.global(peer), tag, s.receive[peer].data(),
-                                            capacity);
-                            }),
-                            peer, Pending::Kind::Descriptor});
+    messages.expect(from.peer, static_cast<uint32_t>(from.peer), s.receive[from.peer].data(),
+                    capacity);
   }
-  for (const schedule::Transfer& to : round.sends) {
-    const int peer = to.peer;
-    const uint64_t tag = make_tag(TagKind::Descriptor, g.id, call.seq(), g.rank);
-    // The transport owns the copy of a control message until it is sent, but only its
-    // progress sends it: a send still queued (a large inline descriptor over TCP) when this
-    // rank leaves the library, to compute or to destroy_process_group, would stall the peer.
-    RequestPtr req =
-        call.guarded([&] { return t.send(call.global(peer), tag, s.send.data(), s.send.size()); });
-    if (!req->done()) call.sends().push_back({std::move(req), peer, Pending::Kind::Descriptor});
-  }
-  call.wait(call.recvs(), recvs_before, call.recvs().size());
-  call.wait(call.sends(), 0, call.sends().size());
-  call.sends().clear();
+  for (const schedule::Transfer& to : round.sends)
+    messages.send(to.peer, static_cast<uint32_t>(g.rank), s.send.data(), s.send.size());
+  messages.wait_all();
   s.incoming.resize(p);
   s.incoming_lengths.resize(p);
-  for (size_t i = recvs_before; i < call.recvs().size(); ++i) {
-    const Pending& pr = call.recvs()[i];
+  for (size_t i = 0; i < messages.arrivals(); ++i) {
+    const Pending& pr = messages.arrival(i);
     s.incoming[pr.peer] = s.receive[pr.peer].data();
     s.incoming_lengths[pr.peer] = pr.req->length();
   }
-  call.recvs().resize(recvs_before);
+  messages.release();
   const auto& all = parse_descriptors(call, mine, s.incoming.data(), s.incoming_lengths.data());
   g.mailbox.advance(t, g.members, g.rank, all);
   return all;

@@ -9,6 +9,7 @@
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
 #include "engine/control/descriptor_round.hpp"
+#include "engine/message_steps.hpp"
 #include "schedule/schedule.hpp"
 
 namespace rdmacoll::engine {
@@ -136,15 +137,12 @@ void send_round(Call& call, int to, const std::vector<int>& chunks, std::vector<
         return std::span<const uint8_t>(s.incoming[r], s.incoming_lengths[r]);
       },
       t.max_message_bytes(), out, starts);
+  // Its sends stay in the call's list, which the exchange waits for once its rounds are done.
+  MessageSteps messages(call, TagKind::Descriptor, MessageSteps::Carries::Control);
   for (size_t j = 0; j < starts.size(); ++j) {
     const size_t end = j + 1 < starts.size() ? starts[j + 1] : out.size();
-    RequestPtr req = call.guarded([&] {
-      return t.send(call.global(to),
-                    make_tag(TagKind::Descriptor, g.id, call.seq(),
-                             round_index(tags, g.rank, static_cast<uint32_t>(j), g.size())),
-                    out.data() + starts[j], end - starts[j]);
-    });
-    if (!req->done()) call.sends().push_back({std::move(req), to, Pending::Kind::Descriptor});
+    messages.send(to, round_index(tags, g.rank, static_cast<uint32_t>(j), g.size()),
+                  out.data() + starts[j], end - starts[j]);
   }
 }
 
@@ -152,7 +150,6 @@ void send_round(Call& call, int to, const std::vector<int>& chunks, std::vector<
 // sender could have packed fails the call.
 void receive_round(Call& call, int from, const std::vector<int>& chunks, size_t capacity,
                    RoundTags tags) {
-  transport::Transport& t = call.transport();
   GroupState& g = call.group();
   ExchangeScratch& s = g.scratch.get<ExchangeScratch>();
   const int p = g.size();
@@ -164,18 +161,11 @@ void receive_round(Call& call, int from, const std::vector<int>& chunks, size_t 
     s.incoming[r] = s.receive[r].data();
     s.incoming_lengths[r] = d.size();
   };
+  MessageSteps messages(call, TagKind::Descriptor, MessageSteps::Carries::Control);
   for (uint32_t piece = 0;; ++piece) {
-    const size_t recv_at = call.recvs().size();
-    call.recvs().push_back({call.guarded([&] {
-                              return t.recv(call.global(from),
-                                            make_tag(TagKind::Descriptor, g.id, call.seq(),
-                                                     round_index(tags, from, piece, p)),
-                                            s.round_receive.data(), s.round_receive.size());
-                            }),
-                            from, Pending::Kind::Descriptor});
-    call.wait(call.recvs(), recv_at, recv_at + 1);
-    const std::span<const uint8_t> message(s.round_receive.data(),
-                                           call.recvs()[recv_at].req->length());
+    const size_t at = messages.expect(from, round_index(tags, from, piece, p),
+                                      s.round_receive.data(), s.round_receive.size());
+    const std::span<const uint8_t> message(s.round_receive.data(), messages.wait(at));
     // A round a failed call sent to a rank that had left it (ring-step mode) stays unreceived;
     // its tag comes back 2^24 calls later. Such a leftover is dropped, and the receive posted
     // again for this call's message.
@@ -184,7 +174,7 @@ void receive_round(Call& call, int from, const std::vector<int>& chunks, size_t 
         CallDescriptor::peek_seq(message.data() + kRoundMessageHeader + 4,
                                  message.size() - kRoundMessageHeader - 4, seq) &&
         seq < call.seq()) {
-      call.recvs().pop_back();
+      messages.forget_last_arrival();
       --piece;
       continue;
     }
