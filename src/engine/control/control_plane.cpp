@@ -191,7 +191,7 @@ const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDe
     return all;
   }
   // The direct round (schedule/service.hpp): every member's descriptor straight to every member.
-  // (After a ring call's arrivals, posted already.)
+  // Its receives go after a ring call's arrivals, posted already, and leave with release().
   const schedule::Schedule& direct = service_schedule(g, schedule::ServiceRounds::Direct);
   static const schedule::Step kAlone{};  // a group of one exchanges nothing
   const schedule::Step& round = direct.steps.empty() ? kAlone : direct.steps.front();
