@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.hpp"
 #include "engine/call.hpp"
 #include "engine/core/call_descriptor.hpp"
 #include "engine/executor.hpp"
@@ -98,6 +99,10 @@ PointToPoint::~PointToPoint() {
       fail(*op, std::make_exception_ptr(PeerFailure(op->what() + ": " + why)), done);
     }
     ops_.clear();
+    for (auto& [key, r] : refusals_)
+      forget_refusals(r);
+    for (auto& [sent, message] : refusing_)
+      t_.cancel(sent);
   }
   for (auto& [work, error] : done)
     work->finish(error);
@@ -212,9 +217,30 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
     std::erase_if(sent_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
     std::erase_if(received_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
     std::erase_if(stash_, [&](const auto& kv) { return std::get<0>(kv.first) == g.id; });
+    for (auto it = refusals_.begin(); it != refusals_.end();) {
+      if (it->first.first != g.id) {
+        ++it;
+        continue;
+      }
+      forget_refusals(it->second);
+      it = refusals_.erase(it);
+    }
   }
   for (auto& [work, error] : done)
     work->finish(error);
+}
+
+// A refusal no later operation raised is logged: the mismatch was already raised on its
+// receiver, and this rank's program went on without another call with that peer.
+void PointToPoint::forget_refusals(Refusals& r) {
+  if (r.recv && r.recv->done()) {
+    const auto c = p2p::parse_clear_to_send({r.buffer.data(), r.recv->length()});
+    if (c && !c->ok) r.unreported.emplace_back(c->error);
+  } else if (r.recv && !r.recv->failed()) {
+    t_.cancel(r.recv);
+  }
+  for (const auto& why : r.unreported)
+    log::warn("a send of this rank's was refused after it completed: " + why);
 }
 
 // The driver: moves every operation on whenever the transport reports something, and blocks in
@@ -299,6 +325,7 @@ bool PointToPoint::pass(std::unique_lock<std::mutex>& lock, bool check) {
     }
   }
   retire_finished();
+  std::erase_if(refusing_, [](const auto& r) { return r.first->done() || r.first->failed(); });
   if (!done.empty()) {
     lock.unlock();
     for (auto& [work, error] : done)

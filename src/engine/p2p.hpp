@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/group_state.hpp"
@@ -89,6 +90,14 @@ class PointToPoint {
   void post_data_receive(Op& op, int peer);
   void send_clear_to_send(Op& op, int peer, const std::string& refusal);
   bool take_data(Op& op, int peer, std::span<const uint8_t> message);
+  // Refusals of this rank's inline sends (p2p_messages.hpp): one receive kept posted per peer
+  // it sent inline to, in that group (watch_refusals); the next send to that peer does not
+  // start while one is unreported: it raises it (raise_refused).
+  void watch_refusals(const Op& op);
+  void raise_refused(const Op& op);
+  void send_refusal(const Op& op, int peer, uint64_t seq, const std::string& why);
+  struct Refusals;
+  void forget_refusals(Refusals& r);
   void check_alive(Op& op);
   // "rank N is gone: why" when the transport knows group rank `peer` of `op` failed.
   std::optional<std::string> peer_gone(const Op& op, int peer);
@@ -113,6 +122,14 @@ class PointToPoint {
   // Data messages a receive from any source took in but did not use (two came at once): the
   // next receive from that peer starts with them.
   std::map<Channel, std::deque<std::vector<uint8_t>>> stash_;
+  struct Refusals {
+    transport::RequestPtr recv;  // posted for the next one; failed once the peer is gone
+    std::vector<uint8_t> buffer;
+    std::deque<std::string> unreported;
+  };
+  std::map<std::pair<uint32_t, int>, Refusals> refusals_;  // group, peer (group rank)
+  // Refusals this rank sent whose sends have not completed (their buffers).
+  std::vector<std::pair<transport::RequestPtr, std::vector<uint8_t>>> refusing_;
   std::thread driver_;
   bool stop_ = false;
   std::atomic<int> helping_{0};  // waiters in help(): the driver stands aside

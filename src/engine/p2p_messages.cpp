@@ -29,6 +29,11 @@ uint64_t tag(uint32_t group, uint32_t user_tag, Direction direction, uint32_t fr
          (static_cast<uint64_t>(direction) << 22) | (static_cast<uint64_t>(from) & kMaxRank);
 }
 
+uint64_t refusal_tag(uint32_t group, uint32_t from) {
+  return (uint64_t{2} << 62) | ((static_cast<uint64_t>(group) & 0x3fff) << 48) |
+         (uint64_t{1} << 23) | (static_cast<uint64_t>(from) & kMaxRank);
+}
+
 void encode(const DataHeader& h, uint8_t* out) {
   const uint32_t magic = kDataMagic, kind = static_cast<uint32_t>(h.kind);
   std::memcpy(out, &magic, 4);

@@ -12,6 +12,11 @@
 // Messages of one (sender, receiver, tag) are matched in order (the transports match a tag's
 // messages first come, first served); each carries its sequence number on that channel, so a
 // CTS left over from a receive that failed (a size mismatch) is recognized and dropped.
+//
+// A receive that refuses an inline message (the sizes differ) tells its sender too, with a
+// refused clear-to-send on the sender's refusal tag: that send has completed, so the sender
+// raises it at its next send to that rank in that group (not at a receive, which may be the
+// very message that tells it the mismatch happened).
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +35,9 @@ inline constexpr uint64_t kMaxUserTag = (uint64_t{1} << 24) - 1;
 inline constexpr uint64_t kMaxRank = (uint64_t{1} << 22) - 1;
 enum class Direction : uint64_t { Data = 0, ClearToSend = 1 };
 uint64_t tag(uint32_t group, uint32_t user_tag, Direction direction, uint32_t from);
+// Refusals of inline sends: kind 2 (as TagKind::Error) with bit 23 set, which no error
+// report's sender rank has: kind (2) | group (14) | 0 (24) | 1 | 0 | receiver's group rank (22).
+uint64_t refusal_tag(uint32_t group, uint32_t from);
 
 enum class DataKind : uint32_t { Inline = 1, RequestToSend = 2 };
 struct DataHeader {

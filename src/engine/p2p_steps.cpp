@@ -23,10 +23,12 @@ using transport::RequestPtr;
 bool PointToPoint::step_send(Op& op) {
   const int me = op.me;
   if (!op.started) {
+    raise_refused(op);
     op.started = true;
     const Channel ch{op.group, op.peer, op.tag};
     op.seq = sent_[ch]++;
     const bool inline_send = op.bytes <= inline_limit(op);
+    if (inline_send) watch_refusals(op);
     op.buffer.resize(p2p::kDataHeaderBytes + (inline_send ? op.bytes : 0));
     p2p::encode(p2p::DataHeader{inline_send ? p2p::DataKind::Inline : p2p::DataKind::RequestToSend,
                                 op.bytes, op.seq},
@@ -183,9 +185,12 @@ bool PointToPoint::take_data(Op& op, int peer, std::span<const uint8_t> message)
            "; sizes must agree";
   };
   if (h->bytes != op.bytes) {
-    // A sender waiting for our clear-to-send learns why it will not come.
+    // A sender waiting for our clear-to-send learns why it will not come; one whose message
+    // came inline (its send has completed), at its next send to us.
     if (h->kind == p2p::DataKind::RequestToSend && !op.cts_sent) {
       send_clear_to_send(op, peer, sizes());
+    } else if (h->kind == p2p::DataKind::Inline) {
+      send_refusal(op, peer, h->seq, sizes());
     }
     throw InvalidArgument(sizes());
   }
@@ -253,6 +258,51 @@ bool PointToPoint::step_recv(Op& op) {
   if (op.cts && op.cts->failed()) raise_failed(op, op.peer, *op.cts);
   if (op.transfer && op.transfer->failed()) raise_failed(op, op.peer, *op.transfer);
   return moved;
+}
+
+// The sender of an inline message cannot be told in its send (it has completed; waiting for
+// the receiver would turn a send before a receive on both ranks into a deadlock), so the
+// receiver's refusal waits on a receive posted once per peer for the group's life.
+void PointToPoint::watch_refusals(const Op& op) {
+  Refusals& r = refusals_[{op.group, op.peer}];
+  if (r.recv) return;
+  r.buffer.resize(p2p::kMaxClearToSendBytes);
+  r.recv = t_.recv(op.global(op.peer), p2p::refusal_tag(op.group, static_cast<uint32_t>(op.peer)),
+                   r.buffer.data(), r.buffer.size());
+}
+
+void PointToPoint::raise_refused(const Op& op) {
+  const auto it = refusals_.find({op.group, op.peer});
+  if (it == refusals_.end()) return;
+  Refusals& r = it->second;
+  while (r.recv && r.recv->done()) {
+    const auto c = p2p::parse_clear_to_send({r.buffer.data(), r.recv->length()});
+    const std::string why = c && !c->ok ? std::string(c->error) : std::string();
+    r.recv.reset();
+    watch_refusals(op);
+    if (why.empty()) throw TransportError(op.what() + ": malformed refusal from the receiver");
+    r.unreported.push_back(why);
+  }
+  if (r.unreported.empty()) return;
+  const std::string why = std::move(r.unreported.front());
+  r.unreported.pop_front();
+  throw InvalidArgument(op.what() + ": not started: an earlier send of this rank's to rank " +
+                        std::to_string(op.global(op.peer)) +
+                        " completed (it went inline) and was then refused there: " + why);
+}
+
+void PointToPoint::send_refusal(const Op& op, int peer, uint64_t seq, const std::string& why) {
+  p2p::ClearToSend c;
+  c.ok = false;
+  c.seq = seq;
+  c.bytes = op.bytes;
+  c.error = why;
+  std::vector<uint8_t> message = p2p::encode(c);
+  RequestPtr sent =
+      t_.send(op.global(peer), p2p::refusal_tag(op.group, static_cast<uint32_t>(op.me)),
+              message.data(), message.size());
+  if (sent && !sent->done() && !sent->failed())
+    refusing_.emplace_back(std::move(sent), std::move(message));
 }
 
 }  // namespace rdmacoll::engine

@@ -249,16 +249,21 @@ TEST(SendRecvErrors, MistakesRaiseClearly) {
     expect_throw_with<InvalidArgument>([&] { send(t, rank); }, "is this rank");
     expect_throw_with<InvalidArgument>([&] { send(t, 5); }, "dst 5 is not a member");
     expect_throw_with<InvalidArgument>([&] { recv(t, 1 - rank, {}, -1); }, "tag -1 is outside");
-    // Sizes that differ raise on the receiver, and on a sender waiting to be cleared.
+    // Sizes that differ raise on the receiver, on a sender waiting to be cleared, and on the
+    // sender of a small message at its next send to that rank (after the acknowledgement).
     if (rank == 0) {
       Tensor big = zeros({100000});
       expect_throw_with<InvalidArgument>([&] { send(big, 1); }, "sizes must agree");
       send(zeros({5}), 1);
+      Tensor ack = zeros({1});
+      recv(ack, 1, {}, 1);
+      expect_throw_with<InvalidArgument>([&] { send(zeros({5}), 1); }, "sizes must agree");
     } else {
       Tensor small = zeros({10});
       expect_throw_with<InvalidArgument>([&] { recv(small, 0); }, "sizes must agree");
       Tensor big = zeros({100000});
       expect_throw_with<InvalidArgument>([&] { recv(big, 0); }, "sizes must agree");
+      send(zeros({1}), 0, {}, 1);
     }
     // The pair still works.
     barrier();
@@ -268,6 +273,36 @@ TEST(SendRecvErrors, MistakesRaiseClearly) {
       Tensor t = zeros({70000});
       recv(t, 0);
       check_from(t, 0, 5, "after the mistakes");
+    }
+  }));
+}
+
+// A small send has completed when its receiver finds the sizes differ (it went inline, as MPI's
+// eager sends): the receiver raises at once, and the sender at its next send to that rank,
+// which does not start (nothing of it arrives). A receive on the sender is not refused: the
+// acknowledgement below, sent after the refusal, is how the test knows the refusal is there.
+TEST(SendRecvErrors, ASmallSendTheReceiverRefusedRaisesAtTheSendersNextSendToThatRank) {
+  expect_all_ok(run_ranks(2, [](int rank, int) {
+    for (int iter = 0; iter < 2; ++iter) {  // the second time on a refusal receive posted again
+      if (rank == 0) {
+        send(zeros({5}), 1, {}, 3);
+        Tensor ack = zeros({1});
+        recv(ack, 1, {}, 4);
+        expect_throw_with<InvalidArgument>(
+            [&] { send(filled(8, DType::Float32, 0, iter), 1, {}, 3); },
+            "completed (it went inline) and was then refused there: recv of 40 bytes from rank "
+            "0 (tag 3");
+        send(filled(8, DType::Float32, 0, iter), 1, {}, 3);  // the refusal was raised once
+      } else {
+        Tensor small = zeros({10});
+        expect_throw_with<InvalidArgument>(
+            [&] { recv(small, 0, {}, 3); },
+            "rank 0 sends 20 bytes with this tag, this recv takes 40");
+        send(zeros({1}), 0, {}, 4);
+        Tensor t = zeros({8});
+        recv(t, 0, {}, 3);
+        check_from(t, 0, iter, "the send after the refused one");
+      }
     }
   }));
 }

@@ -193,5 +193,22 @@ def case_p2p():
             raise AssertionError("no error")
         except RuntimeError as e:
             assert "sizes must agree" in str(e), e
+    # A small send has completed when its receiver refuses it: the sender raises at its next
+    # send to that rank (after the acknowledgement, sent behind the refusal).
+    if rank == 0:
+        dist.send(torch.zeros(5), 1, tag=3)
+        dist.recv(torch.zeros(1), 1, tag=4)
+        try:
+            dist.send(torch.zeros(5), 1, tag=3)
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "was then refused there" in str(e) and "sizes must agree" in str(e), e
+    elif rank == 1:
+        try:
+            dist.recv(torch.zeros(10), 0, tag=3)
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "sizes must agree" in str(e), e
+        dist.send(torch.zeros(1), 0, tag=4)
     dist.barrier()
     dist.destroy_process_group()

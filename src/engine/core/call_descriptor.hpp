@@ -119,7 +119,8 @@ inline size_t descriptor_capacity(size_t limit) {
 
 // Control tags: kind (2 bits) | group (14) | seq (24) | index (24): the sender's group rank,
 // unique per receiver and call. Error: a call's error spread to the ring neighbours
-// (engine/control/ring_guard.hpp, RingGuard::spread). Kind 1 is the data writes'
+// (engine/control/ring_guard.hpp, RingGuard::spread); with bit 23 set, point-to-point's
+// refusals (p2p_messages.hpp), as kind 3 with bit 23 is its messages. Kind 1 is the data writes'
 // (transport::write_signal, chosen by the receiver). Piece: a piece of a call's data sent as a
 // control message, where the receiver exposed no memory for it (all_to_all.cpp).
 enum class TagKind : uint64_t { Descriptor = 0, Error = 2, Piece = 3 };

@@ -26,6 +26,23 @@ TEST(P2PMessages, TagsAreDistinctFromEveryOtherKindAndPerGroupTagDirectionSender
   }
 }
 
+// A refusal's tag is per group and receiver, and no error report (kind 2, sender rank < 2^22)
+// or point-to-point message (kind 3) has it.
+TEST(P2PMessages, RefusalTagsAreDistinctPerGroupAndReceiverAndFromErrorReports) {
+  std::set<uint64_t> seen;
+  for (uint32_t group : {0u, 1u, 0x3fffu})
+    for (uint32_t from : {0u, 5u, static_cast<uint32_t>(kMaxRank)})
+      EXPECT_TRUE(seen.insert(refusal_tag(group, from)).second);
+  for (uint64_t t : seen) {
+    EXPECT_EQ(t >> 62, 2u);
+    EXPECT_EQ((t >> 23) & 1, 1u);
+    for (uint32_t from : {0u, 5u, static_cast<uint32_t>(kMaxRank)}) {
+      EXPECT_NE(t, make_tag(TagKind::Error, 0, 0, from));
+      EXPECT_NE(t, make_tag(TagKind::Error, 0x3fff, 0xffffff, from));
+    }
+  }
+}
+
 TEST(P2PMessages, DataHeadersRoundTripAndLengthsAreChecked) {
   std::vector<uint8_t> m(kDataHeaderBytes + 3);
   encode(DataHeader{DataKind::Inline, 3, 42}, m.data());
