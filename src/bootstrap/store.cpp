@@ -521,6 +521,10 @@ void StoreClient::erase(const std::string& key) {
   request(StoreOp::Delete, key, {}, op_timeout());
 }
 
+void StoreClient::hold(const std::string& key, const Bytes& value) {
+  request(StoreOp::Hold, key, value, op_timeout());
+}
+
 void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   for (const auto& k : keys) {

@@ -39,6 +39,7 @@ enum class StoreOp : uint8_t {
   Challenge = 7,   // server -> client, first frame
   Hello = 8,       // client -> server, the answer
   GetPresent = 9,  // the keys (value: encode_keys) -> what is there (encode_present)
+  Hold = 10,       // as Set, and the server deletes the key when this connection closes
 };
 
 // GetPresent's request (a count, then each key's length and bytes) and reply (per key a
@@ -71,6 +72,7 @@ struct StoreLimits {
   size_t max_unproven = 256;
   size_t max_unproven_per_address = 64;
   size_t max_pending_gets_per_connection = 16;               // a client waits on one at a time
+  size_t max_held_per_connection = 16;                       // keys Hold ties to a connection
   size_t max_buffered_per_connection = (64u << 20) + 16384;  // one largest frame, in or out
   size_t max_buffered_total = 512u << 20;                    // every connection's buffers
   size_t max_stored_bytes = 1u << 30;                        // keys and values kept
@@ -147,6 +149,10 @@ class StoreClient final : public Store {
   std::vector<std::optional<Bytes>> get_present(const std::vector<std::string>& keys) override;
   std::string describe() const override { return "rendezvous store at " + address(); }
   void erase(const std::string& key);
+  // Sets `key` for as long as this client's connection lives: the server deletes it when the
+  // connection closes, as it does when the process dies (a rank's liveness across hosts, where
+  // no pidfd reaches).
+  void hold(const std::string& key, const Bytes& value);
   // Blocks until every key exists.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 

@@ -111,6 +111,14 @@ int StoreState::expire(std::vector<std::pair<int, std::string>>& drop) {
 }
 
 void StoreState::drop(int fd) {
+  if (auto c = conns_.find(fd); c != conns_.end()) {
+    for (const std::string& key : c->second.held) {
+      if (auto it = data_.find(key); it != data_.end()) {
+        stored_ -= it->first.size() + it->second.size();
+        data_.erase(it);
+      }
+    }
+  }
   std::erase_if(pending_, [fd](const PendingGet& p) { return p.fd == fd; });
   std::erase_if(overflowed_, [fd](const auto& o) { return o.first == fd; });
   conns_.erase(fd);
@@ -164,8 +172,7 @@ bool StoreState::consume(Connection& c, std::string& why) {
       why = "bad magic";
       return false;
     }
-    if (h.op < static_cast<uint8_t>(StoreOp::Set) ||
-        h.op > static_cast<uint8_t>(StoreOp::GetPresent) ||
+    if (h.op < static_cast<uint8_t>(StoreOp::Set) || h.op > static_cast<uint8_t>(StoreOp::Hold) ||
         h.op == static_cast<uint8_t>(StoreOp::Challenge)) {
       why = "unknown op " + std::to_string(h.op);
       return false;
@@ -244,8 +251,15 @@ bool StoreState::handle(Connection& c, StoreOp op, const std::string& key, Bytes
     return false;
   };
   switch (op) {
-    case StoreOp::Set: {
+    case StoreOp::Set:
+    case StoreOp::Hold: {
+      const bool held = std::find(c.held.begin(), c.held.end(), key) != c.held.end();
+      if (op == StoreOp::Hold && !held && c.held.size() >= limits_.max_held_per_connection) {
+        why = "more than " + std::to_string(limits_.max_held_per_connection) + " held keys";
+        return false;
+      }
       if (!store(key, std::move(value), why)) return false;
+      if (op == StoreOp::Hold && !held) c.held.push_back(key);
       if (!reply(kOk, {})) return false;
       wake_waiters(key);
       return true;

@@ -36,6 +36,7 @@ struct Connection {
   Clock::time_point accepted;
   bool proven = false;  // answered the challenge
   size_t pending_gets = 0;
+  std::vector<std::string> held;  // keys deleted when the connection goes (StoreOp::Hold)
   Bytes inbuf;
   Bytes outbuf;  // queued replies; out_sent of them already written
   size_t out_sent = 0;

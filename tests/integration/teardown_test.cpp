@@ -33,7 +33,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // the bound of 3 s tells from waiting out the grace (8 s).
 void expect_destroy_within(
     int timeout_s, int victim, const std::function<void(int)>& body,
-    const std::function<void(int)>& after = [](int) {}) {
+    const std::function<void(int)>& after = [](int) {}, bool own_hosts = false) {
   testing::RunOptions opt;
   opt.init = false;
   opt.kill_on_failure = false;
@@ -43,6 +43,7 @@ void expect_destroy_within(
   const auto results = run_ranks(
       3,
       [&](int rank, int) {
+        if (own_hosts) ::setenv("RDMACOLL_HOST_ID", ("host" + std::to_string(rank)).c_str(), 1);
         init_process_group();
         body(rank);
         const auto t0 = std::chrono::steady_clock::now();
@@ -85,6 +86,22 @@ TEST(Teardown, AnUnmatchedIrecvFromARankThatDiedFailsAndDestroyTakesAtMostTheGra
       [&](int rank) {
         if (rank == 1) expect_throw_with<PeerFailure>([&] { w->wait(); }, "of rank 2 on this host");
       });
+}
+
+// Every rank its own host (no pidfd reaches another host) and the victim dies while the others
+// talk only to each other: no transport of theirs saw it go. Its connection to rank 0's store
+// closed when it died, which the store tells the survivors waiting for it at destroy. Without
+// that they waited out the whole timeout (8 s).
+TEST(Teardown, ARankOnAnotherHostThatDiedUnseenIsNotWaitedForAtDestroy) {
+  expect_destroy_within(
+      8, 2,
+      [](int rank) {
+        if (rank == 2) ::raise(SIGKILL);
+        Tensor t = zeros({4});
+        if (rank == 0) send(t, 1);
+        if (rank == 1) recv(t, 0);
+      },
+      [](int) {}, /*own_hosts=*/true);
 }
 
 // abort_process_group with a collective queued behind a stopped peer returns at once on
