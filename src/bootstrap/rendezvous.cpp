@@ -269,6 +269,10 @@ std::string Rendezvous::alive_key(int rank) {
   return "rdmacoll/alive/" + std::to_string(rank);
 }
 
+std::string Rendezvous::arrived_key(int rank) {
+  return "rdmacoll/arrived/" + std::to_string(rank);
+}
+
 std::chrono::milliseconds Rendezvous::grace() const {
   return std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10));
 }

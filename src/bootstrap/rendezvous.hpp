@@ -73,7 +73,7 @@ class Rendezvous {
   // failure (`failed`) both fit in one short grace together, not the timeout. Neither waits for
   // a rank `known_dead` names (this process's liveness: its transport's failure marks and
   // pidfds, asked again while arrive() waits) or, asked by rank 0, whose connection to our own
-  // store closed before it arrived (StoreClient::hold); one rank that knows is enough to
+  // store closed (StoreClient::hold); one rank that knows is enough to
   // release the others, who may not. No rank connects anew from arrive() on: rank 0's store stops
   // accepting, so a rank that initializes again on the same port reaches the next store, not
   // this one.
@@ -88,7 +88,9 @@ class Rendezvous {
  private:
   [[noreturn]] void rethrow_with_context(const Error& e) const;
   void claim_rank();
+  // Held by the rank's store connection (claim_rank); set when it arrives at destroy.
   static std::string alive_key(int rank);
+  static std::string arrived_key(int rank);
   void store_lost(std::vector<bool>& dead);
   void acknowledge_abort();
   Bytes wait_for(const std::string& key, Clock::time_point deadline);

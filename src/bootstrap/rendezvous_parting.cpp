@@ -11,23 +11,22 @@
 
 namespace rdmacoll::bootstrap {
 
-// Marks in `dead` the ranks whose liveness key our store has deleted (their connection closed)
-// and that never arrived; a rank that arrived and then closed has only finished. Best effort: a
-// store that does not answer tells nothing.
+// Marks in `dead` the ranks whose liveness key our store has deleted: their connection closed,
+// as a pidfd says a process exited (whether it arrived first, arrive() reads as for those).
+// Best effort: a store that does not answer tells nothing.
 void Rendezvous::store_lost(std::vector<bool>& dead) {
   std::vector<std::string> keys;
   std::vector<int> ranks;
   for (int r = 0; r < world_size_; ++r) {
     if (r == rank_ || dead[r]) continue;
     keys.push_back(alive_key(r));
-    keys.push_back("rdmacoll/arrived/" + std::to_string(r));
     ranks.push_back(r);
   }
   if (ranks.empty()) return;
   try {
     const auto present = store_->get_present(keys);
     for (size_t i = 0; i < ranks.size(); ++i)
-      dead[ranks[i]] = !present[2 * i] && !present[2 * i + 1];
+      dead[ranks[i]] = !present[i];
   } catch (const Error&) {
   }
 }
@@ -54,7 +53,7 @@ void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
       std::chrono::milliseconds(4 * world_size_), std::chrono::milliseconds(100),
       std::chrono::seconds(1));
   // This process's liveness (pidfds, the transport's marks) and, on rank 0 once it waits, the
-  // store's: a rank whose connection to our own store closed before it arrived has died, on
+  // store's: a rank whose connection to our own store closed has died, on
   // whatever host (a death across hosts that no transport saw cost the whole timeout here).
   // Rank 0 alone asks (it is always here, or the store is gone), so the store answers one
   // request per look, not one per rank; it releases the others as any rank that knows does.
@@ -72,7 +71,7 @@ void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
   failed = failed || any_dead();
   if (failed) shorten_store_calls();
   try {
-    store_->set("rdmacoll/arrived/" + std::to_string(rank_), std::string("1"));
+    store_->set(arrived_key(rank_), std::string("1"));
     int64_t n = store_->add("rdmacoll/destroy", 1);
     for (;;) {
       // The dead that arrived before they died are counted in n already.
@@ -80,7 +79,7 @@ void Rendezvous::arrive(bool failed, const KnownDead& known_dead) {
       if (failed && any_dead()) {
         std::vector<std::string> keys;
         for (int r = 0; r < world_size_; ++r) {
-          if (dead[r]) keys.push_back("rdmacoll/arrived/" + std::to_string(r));
+          if (dead[r]) keys.push_back(arrived_key(r));
         }
         for (const auto& v : store_->get_present(keys))
           missing_ += !v;
@@ -163,7 +162,7 @@ void Rendezvous::leave() {
   };
   try {
     budget();
-    store_->set("rdmacoll/arrived/" + std::to_string(rank_), std::string("1"));
+    store_->set(arrived_key(rank_), std::string("1"));
     budget();
     if (store_->add("rdmacoll/destroy", 1) == world_size_) {
       budget();

@@ -234,8 +234,7 @@ void PointToPoint::abandon(const GroupState& g, const std::string& why) {
 // receiver, and this rank's program went on without another call with that peer.
 void PointToPoint::forget_refusals(Refusals& r) {
   if (r.recv && r.recv->done()) {
-    const auto c = p2p::parse_clear_to_send({r.buffer.data(), r.recv->length()});
-    if (c && !c->ok) r.unreported.emplace_back(c->error);
+    collect_refusal(r);
   } else if (r.recv && !r.recv->failed()) {
     t_.cancel(r.recv);
   }

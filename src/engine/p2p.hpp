@@ -90,13 +90,15 @@ class PointToPoint {
   void post_data_receive(Op& op, int peer);
   void send_clear_to_send(Op& op, int peer, const std::string& refusal);
   bool take_data(Op& op, int peer, std::span<const uint8_t> message);
-  // Refusals of this rank's inline sends (p2p_messages.hpp): one receive kept posted per peer
-  // it sent inline to, in that group (watch_refusals); the next send to that peer does not
-  // start while one is unreported: it raises it (raise_refused).
-  void watch_refusals(const Op& op);
-  void raise_refused(const Op& op);
-  void send_refusal(const Op& op, int peer, uint64_t seq, const std::string& why);
+  // Refusals of this rank's inline sends (p2p_messages.hpp), per group and peer: one receive
+  // kept posted once it sent that peer something inline (watch_refusals); the next send to that
+  // peer does not start while one is unreported: it raises it (raise_refused).
   struct Refusals;
+  void watch_refusals(const Op& op, Refusals& r);
+  // Moves the refusal `r.recv` took in to `r.unreported`; false if it was malformed.
+  bool collect_refusal(Refusals& r);
+  void raise_refused(const Op& op, Refusals& r);
+  void send_refusal(const Op& op, int peer, uint64_t seq, const std::string& why);
   void forget_refusals(Refusals& r);
   void check_alive(Op& op);
   // "rank N is gone: why" when the transport knows group rank `peer` of `op` failed.

@@ -23,12 +23,13 @@ using transport::RequestPtr;
 bool PointToPoint::step_send(Op& op) {
   const int me = op.me;
   if (!op.started) {
-    raise_refused(op);
+    Refusals& refusals = refusals_[{op.group, op.peer}];
+    raise_refused(op, refusals);
     op.started = true;
     const Channel ch{op.group, op.peer, op.tag};
     op.seq = sent_[ch]++;
     const bool inline_send = op.bytes <= inline_limit(op);
-    if (inline_send) watch_refusals(op);
+    if (inline_send) watch_refusals(op, refusals);
     op.buffer.resize(p2p::kDataHeaderBytes + (inline_send ? op.bytes : 0));
     p2p::encode(p2p::DataHeader{inline_send ? p2p::DataKind::Inline : p2p::DataKind::RequestToSend,
                                 op.bytes, op.seq},
@@ -263,25 +264,26 @@ bool PointToPoint::step_recv(Op& op) {
 // The sender of an inline message cannot be told in its send (it has completed; waiting for
 // the receiver would turn a send before a receive on both ranks into a deadlock), so the
 // receiver's refusal waits on a receive posted once per peer for the group's life.
-void PointToPoint::watch_refusals(const Op& op) {
-  Refusals& r = refusals_[{op.group, op.peer}];
+void PointToPoint::watch_refusals(const Op& op, Refusals& r) {
   if (r.recv) return;
   r.buffer.resize(p2p::kMaxClearToSendBytes);
   r.recv = t_.recv(op.global(op.peer), p2p::refusal_tag(op.group, static_cast<uint32_t>(op.peer)),
                    r.buffer.data(), r.buffer.size());
 }
 
-void PointToPoint::raise_refused(const Op& op) {
-  const auto it = refusals_.find({op.group, op.peer});
-  if (it == refusals_.end()) return;
-  Refusals& r = it->second;
+bool PointToPoint::collect_refusal(Refusals& r) {
+  const auto c = p2p::parse_clear_to_send({r.buffer.data(), r.recv->length()});
+  r.recv.reset();
+  if (!c || c->ok) return false;
+  r.unreported.emplace_back(c->error);
+  return true;
+}
+
+void PointToPoint::raise_refused(const Op& op, Refusals& r) {
   while (r.recv && r.recv->done()) {
-    const auto c = p2p::parse_clear_to_send({r.buffer.data(), r.recv->length()});
-    const std::string why = c && !c->ok ? std::string(c->error) : std::string();
-    r.recv.reset();
-    watch_refusals(op);
-    if (why.empty()) throw TransportError(op.what() + ": malformed refusal from the receiver");
-    r.unreported.push_back(why);
+    const bool well_formed = collect_refusal(r);
+    watch_refusals(op, r);
+    if (!well_formed) throw TransportError(op.what() + ": malformed refusal from the receiver");
   }
   if (r.unreported.empty()) return;
   const std::string why = std::move(r.unreported.front());
