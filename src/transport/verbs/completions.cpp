@@ -48,7 +48,7 @@ void VerbsTransport::on_receive(const ibv_wc& wc, int peer, int lane, uint32_t s
   if (wc.status != IBV_WC_SUCCESS) {
     mark_failed(peer, std::string("receive completion error '") + ibv_wc_status_str(wc.status) +
                           "' (status " + std::to_string(wc.status) + ") on " + dev_.choice.device +
-                          " QP from rank " + std::to_string(peer));
+                          " " + qp_name(lane) + " from rank " + std::to_string(peer));
     return;
   }
   handle_receive(wc, peer, lane, slot);
@@ -64,7 +64,7 @@ void VerbsTransport::on_send(const ibv_wc& wc, int peer, int lane, uint32_t id) 
             : "";
     mark_failed(peer, std::string("work completion error '") + ibv_wc_status_str(wc.status) +
                           "' (status " + std::to_string(wc.status) + ") on " + dev_.choice.device +
-                          " QP to rank " + std::to_string(peer) + hint);
+                          " " + qp_name(lane) + " to rank " + std::to_string(peer) + hint);
     sends_.complete_through(peer, lane, id, false);
     return;
   }

@@ -380,6 +380,10 @@ class VerbsTransport final : public Transport,
   bool adaptive_routing_ = false;  // RDMACOLL_IB_ADAPTIVE_ROUTING
   int control_lane() const { return lanes_; }
   int qps_per_peer() const { return lanes_ + 1; }
+  // How errors name a lane's QP: which one failed says what was on it.
+  std::string qp_name(int lane) const {
+    return lane == control_lane() ? "control QP" : "data QP " + std::to_string(lane);
+  }
   EagerChannel eager_{*this, peers_, counters_, eager_slots_per_peer()};
   Clock::time_point sleep_began_{};
   uint32_t inline_max_ = kWantInline;  // what every QP took (0: the device has no inline data)

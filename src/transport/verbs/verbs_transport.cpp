@@ -188,6 +188,12 @@ void VerbsTransport::landed(int peer, const VerbsRequest& req) {
 }
 
 void VerbsTransport::keepalive() {
+  // The transport's own writes read the port's events first (here and before a sleep's
+  // announcement): one posted in the moments after the link went down, before progress()
+  // looked, finds no route, and rxe fails the QP for it at once where a hardware NIC retries.
+  // That made a 1 s flap fatal now and then (once a keepalive fell in that window).
+  drain_async();
+  if (port_.down()) return;
   std::vector<bool> waited(world_, false);
   for (const auto& [key, req] : pending_recvs_)
     waited[key.first] = true;
@@ -344,15 +350,17 @@ void VerbsTransport::cancel(const RequestPtr& request) {
 }
 
 bool VerbsTransport::progress() {
-  bool any = sends_.flush_all();
-  cache_->collect();  // deregisters what unmapped memory invalidated (not in the hook)
+  // The port's events before anything is posted: after a sleep the async fd may be what woke us.
   const auto now = Clock::now();
+  bool any = false;
   if (async_due_ || now >= next_async_check_) {
     async_due_ = false;
     next_async_check_ = now + kAsyncEventInterval;
-    any = drain_async() || any;
+    any = drain_async();
     check_port(now);
   }
+  any = sends_.flush_all() || any;
+  cache_->collect();  // deregisters what unmapped memory invalidated (not in the hook)
   any = completions_.poll(dev_.cq, *this) || any;
   repost_receives();
   hand_back_credits();
@@ -374,6 +382,7 @@ bool VerbsTransport::prepare_wait() {
   if (!eager_.may_sleep()) {
     // Eager writes complete nothing here: tell the ring peers first (eager_ring.hpp). The
     // writes' completions wake us, and progress() looks at the rings after them.
+    drain_async();  // as keepalive() does
     eager_.announce_sleep();
     return false;
   }
