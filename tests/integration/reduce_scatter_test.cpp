@@ -130,6 +130,24 @@ TEST(ReduceScatterErrors, BadInputRaisesOnEveryRankAndWritesNothing) {
   }));
 }
 
+// Past the eager limit the rounds' descriptors carry a rejecting rank's reason to its peers: the
+// reason itself, not a view of a string gone by then (it once arrived as garbage).
+TEST(ReduceScatterErrors, OneRanksReasonReachesEveryPeerPastTheEagerLimit) {
+  expect_all_ok(run_ranks(3, [](int rank, int) {
+    constexpr int64_t n = 40000;  // 3 x 160 KB of input: the direct rounds
+    Tensor in = zeros({3 * n}), out = zeros({n});
+    Tensor dout = zeros({n}, DType::Float64);
+    const std::string why = "needs one dtype";
+    expect_throw_with<InvalidArgument>(
+        [&] { reduce_scatter_tensor(rank == 2 ? dout : out, in, ReduceOp::Sum); },
+        why);
+    Tensor ints = zeros({3 * n}, DType::Int32);
+    expect_throw_with<InvalidArgument>(
+        [&] { all_reduce(rank == 1 ? ints : in, rank == 1 ? ReduceOp::Avg : ReduceOp::Sum); },
+        "AVG needs a floating-point dtype");
+  }));
+}
+
 }  // namespace
 }  // namespace rdmacoll
 
