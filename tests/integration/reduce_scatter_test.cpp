@@ -139,8 +139,7 @@ TEST(ReduceScatterErrors, OneRanksReasonReachesEveryPeerPastTheEagerLimit) {
     Tensor dout = zeros({n}, DType::Float64);
     const std::string why = "needs one dtype";
     expect_throw_with<InvalidArgument>(
-        [&] { reduce_scatter_tensor(rank == 2 ? dout : out, in, ReduceOp::Sum); },
-        why);
+        [&] { reduce_scatter_tensor(rank == 2 ? dout : out, in, ReduceOp::Sum); }, why);
     Tensor ints = zeros({3 * n}, DType::Int32);
     expect_throw_with<InvalidArgument>(
         [&] { all_reduce(rank == 1 ? ints : in, rank == 1 ? ReduceOp::Avg : ReduceOp::Sum); },

@@ -80,6 +80,7 @@ void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
   const ReduceOp op = args.op;
   const std::string& local_error = args.local_error;
   constexpr size_t kSegmentBytes = 4u << 20;
+  constexpr size_t kSplitFrom = 8u << 10;
   const size_t es = element_size(dtype);
   const int p = g.is_member() ? g.size() : 1;
   uint8_t* const bytes = static_cast<uint8_t*>(data);
@@ -88,8 +89,12 @@ void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
   // Beyond the eager limit the gather would leave the one-round path anyway, and then moving
   // (p-1)/p of the tensor twice beats moving all of it p-1 times; below it the gather wins
   // (measured: docs/performance.md, the code's thresholds).
-  if (p > 1 && static_cast<size_t>(numel) * es > g.eager_limit(e.transport().max_message_bytes())) {
-    if (symmetric_all_reduce(e, g, bytes, dtype, numel, op, local_error)) return;
+  const size_t whole = static_cast<size_t>(numel) * es;
+  const bool large = whole > g.eager_limit(e.transport().max_message_bytes());
+  // Through the mailbox from kSplitFrom, a reduce-scatter whose peers take only their pieces
+  // (reduce_scatter_inline) and a gather of the results beat one gather of whole tensors.
+  if (p > 1 && (large || (whole >= kSplitFrom && numel >= p && g.mailbox.active()))) {
+    if (large && symmetric_all_reduce(e, g, bytes, dtype, numel, op, local_error)) return;
     while (numel - done >= p) {
       const int64_t m = std::min<int64_t>((numel - done) / p, per_piece);
       uint8_t* const base = bytes + done * es;

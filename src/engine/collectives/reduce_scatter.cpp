@@ -3,6 +3,7 @@
 #include "engine/collectives/reduce_scatter.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/call.hpp"
@@ -190,11 +191,69 @@ bool symmetric_reduce_scatter(Engine& e, GroupState& g, uint8_t* out, const uint
       });
 }
 
+// A round whose whole input fits the eager limit: the input rides inline in its descriptor.
+// Through the mailbox each peer's slot takes only its own piece (CallDescriptor::inline_piece),
+// so a rank receives p - 1 pieces instead of p - 1 whole inputs and folds its piece straight
+// out of the slots; as messages (across hosts, a group's first two calls) every peer gets the
+// whole input and takes its piece from it. One round instead of a descriptor round and a data
+// round.
+void reduce_scatter_inline(Engine& e, GroupState& g, const ReduceScatterRound& a) {
+  const char* name = a.collective.name;
+  check_usable(g, name);
+  Call call(e.transport(), g, name, e.spin());
+  call.run([&] {
+    const int p = g.size();
+    const size_t es = element_size(a.dtype);
+    const size_t piece = static_cast<size_t>(a.m) * es;
+    CallDescriptor mine = make_round_descriptor(call, a);
+    if (mine.ok && piece > 0) {
+      mine.inline_data = {a.in, p * piece};
+      mine.inline_piece = piece;
+    }
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+    check_descriptors(call, all);
+    if (piece == 0) return;
+    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r) {
+      const std::span<const uint8_t> got = all[r].inline_data;
+      if (r == g.rank) {
+        chunks[r] = a.in + static_cast<size_t>(r) * piece;
+      } else if (got.size() == piece) {
+        chunks[r] = got.data();
+      } else if (got.size() == p * piece) {
+        chunks[r] = got.data() + static_cast<size_t>(g.rank) * piece;
+      } else {
+        throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
+                             std::to_string(got.size()) + " inline bytes, expected " +
+                             std::to_string(piece) + " or " + std::to_string(p * piece));
+      }
+    }
+    // The fold loads whole elements: a piece that arrived off their alignment (where it sits in
+    // a message depends on what precedes it) is copied out first.
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+    for (int r = 0; r < p; ++r) {
+      if (reinterpret_cast<uintptr_t>(chunks[r]) % es == 0) continue;
+      if (scratch.size() < p * piece) scratch.resize(p * piece);
+      uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * piece;
+      std::memcpy(aligned, chunks[r], piece);
+      chunks[r] = aligned;
+    }
+    reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+  });
+}
+
 }  // namespace
 
 // Across hosts the reduce-scatter follows the host-major ring (p - 1 pieces off each host
 // instead of k (p - k) for the direct round); RDMACOLL_ALGO=ring forces it on one host too.
 void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a) {
+  const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
+  if (g.is_member() && g.size() > 1 && a.stride == piece &&
+      g.size() * piece <= g.eager_limit(e.transport().max_message_bytes())) {
+    return reduce_scatter_inline(e, g, a);
+  }
   const auto& forced = g.tuning.algorithm;
   if (g.is_member() && g.size() > 2 &&
       (forced ? *forced == schedule::Algorithm::Ring : g.hosts > 1)) {
@@ -203,10 +262,9 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a)
   reduce_scatter_direct(e, g, a);
 }
 
-// reduce_scatter_tensor. Up to the eager limit every rank gathers every member's whole input in
-// one round (inline, through the slots on one host) and folds its own piece: one round instead
-// of a descriptor round plus a data round. Beyond it, direct reduce-scatter rounds of at most
-// 4 MiB pieces: each rank receives (p-1)/p of its output's worth from every peer, no more.
+// reduce_scatter_tensor. Up to the eager limit one round of inline inputs (reduce_scatter_inline)
+// instead of a descriptor round plus a data round. Beyond it, direct reduce-scatter rounds of at
+// most 4 MiB pieces: each rank receives (p-1)/p of its output's worth from every peer, no more.
 void reduce_scatter(Engine& e, GroupState& g, const ReduceScatterArgs& args) {
   void* const out = args.out;
   const void* const in = args.in;
@@ -231,20 +289,20 @@ void reduce_scatter(Engine& e, GroupState& g, const ReduceScatterArgs& args) {
     }
     return;
   }
-  // One gather of the whole inputs (p x n elements each) into the scratch, then the fold.
+  if (p > 1) {
+    return reduce_scatter_inline(
+        e, g, {collectives::kReduceScatter, src, n * es, dst, dtype, n, op, total, local_error});
+  }
+  // A group of one, or a caller outside the group (whose gather raises): the fold of one input.
   auto& scratch = g.scratch.get<ReduceScratch>().gathered;
-  const size_t whole = static_cast<size_t>(n) * p * es;
-  if (scratch.size() < p * whole) scratch.resize(p * whole);
-  RoundArgs a = reduction_round(scratch.data(), in, dtype, p, n * p, op, n, local_error);
+  const size_t whole = static_cast<size_t>(n) * es;
+  if (scratch.size() < whole) scratch.resize(whole);
+  RoundArgs a = reduction_round(scratch.data(), in, dtype, 1, n, op, n, local_error);
   a.collective = &collectives::kReduceScatter;
   all_gather(e, g, a);
   if (n == 0) return;
-  const int rank = g.rank;
-  auto& chunks = g.scratch.get<ReduceScratch>().chunks;
-  chunks.resize(p);
-  for (int r = 0; r < p; ++r)
-    chunks[r] = scratch.data() + r * whole + static_cast<size_t>(rank) * n * es;
-  reduce_chunks(dst, chunks.data(), dtype, op, p, static_cast<size_t>(n));
+  const void* only[1] = {scratch.data()};
+  reduce_chunks(dst, only, dtype, op, 1, static_cast<size_t>(n));
 }
 
 }  // namespace rdmacoll::engine

@@ -73,17 +73,34 @@ const std::vector<CallDescriptor>& exchange_through_slots(Call& call, const Call
   const Mailbox& slots = g.mailbox;
   const uint64_t seq = call.seq();
   const uint64_t flag = seq + 1;
-  // A small call's descriptor goes as a record in the flag's line (mailbox.hpp).
-  const bool record = Mailbox::fits_record(mine, slots.capacity());
-  for (int i = 1; i < p; ++i) {
-    const int peer = (g.rank + i) % p;
+  auto store = [&](int peer, const CallDescriptor& d, bool record) {
     uint8_t* slot = slots.remote_slot(peer, g.rank, seq);
     if (record) {
-      Mailbox::write_record(slot, mine);
+      Mailbox::write_record(slot, d);
     } else {
-      Mailbox::length(slot) = mine.serialize_to(slot + Mailbox::kLine, slots.capacity());
+      Mailbox::length(slot) = d.serialize_to(slot + Mailbox::kLine, slots.capacity());
     }
     Mailbox::flag(slot).store(flag, kFlagStore);
+  };
+  // A small call's descriptor goes as a record in the flag's line (mailbox.hpp).
+  if (const size_t piece = mine.inline_piece; piece == 0) {
+    const bool record = Mailbox::fits_record(mine, slots.capacity());
+    for (int i = 1; i < p; ++i)
+      store((g.rank + i) % p, mine, record);
+  } else {  // inline data in pieces (CallDescriptor::inline_piece): each peer's slot takes its own
+    if (mine.inline_data.size() != static_cast<size_t>(p) * piece) {
+      throw TransportError(call.where() + ": inline data of " +
+                           std::to_string(mine.inline_data.size()) + " bytes is not " +
+                           std::to_string(p) + " pieces of " + std::to_string(piece));
+    }
+    CallDescriptor each = mine;
+    each.inline_data = mine.inline_data.first(piece);
+    const bool record = Mailbox::fits_record(each, slots.capacity());
+    for (int i = 1; i < p; ++i) {
+      const int peer = (g.rank + i) % p;
+      each.inline_data = mine.inline_data.subspan(static_cast<size_t>(peer) * piece, piece);
+      store(peer, each, record);
+    }
   }
   try {
     call.wait_slots(slots);

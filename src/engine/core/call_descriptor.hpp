@@ -56,6 +56,10 @@ struct CallDescriptor {
   std::span<const uint8_t> key;
   std::string_view error;  // at most kMaxErrorBytes travel
   std::span<const uint8_t> inline_data;
+  // Not sent: inline_data is one piece of this many bytes per member, in rank order. Through the
+  // mailbox each peer's slot takes only its own piece (reduce_scatter's p-fold saving); as
+  // messages every peer gets the whole, so a reader finds its piece by the length it got.
+  size_t inline_piece = 0;
   // all_to_all: the sender's p input splits then its p output splits, in elements (2 p
   // little-endian uint64), so that every rank checks every pair's sizes (all_to_all.cpp).
   std::span<const uint8_t> splits;
