@@ -28,8 +28,9 @@ TEST(Broadcast, EveryDtypeRootAndPathOnThreeRanks) {
   expect_all_ok(run_ranks(3, [](int, int) {
     int iter = 0;
     for (DType dt : kAllDTypes) {
-      // Inline (up to the eager limit), binomial tree, scatter + all-gather with a tail.
-      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{30001}, int64_t{200002}}) {
+      // Inline (up to the eager limit), binomial tree (on one host up to 2 MiB), scatter +
+      // all-gather with a tail (4- and 8-byte dtypes at 600002 elements).
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{30001}, int64_t{600002}}) {
         broadcast_and_check({}, iter % 3, n, dt, iter);
         ++iter;
       }

@@ -1,10 +1,10 @@
 // broadcast by one-sided writes: inline in the root's call descriptor up to the eager limit
 // (one round; through the mailbox on one host), a binomial tree of whole-tensor writes up
-// to kTreeMaxBytes (and always on 2 ranks), and beyond that a scatter of p pieces from the root
-// followed by an in-place all-gather of the pieces, so the root sends the tensor about once
-// instead of log p times. A tensor in symmetric memory on every member is copied by each member
-// straight out of the root's part, all at once. On 2 ranks the scatter's two rounds lose to one
-// write, so the tree's single write stays (measured:
+// to kTreeMaxBytes (kTreeMaxBytesOneHost on one host; always on 2 ranks), and beyond that a scatter
+// of p pieces from the root followed by an in-place all-gather of the pieces, so the root sends the
+// tensor about once instead of log p times. A tensor in symmetric memory on every member is copied
+// by each member straight out of the root's part, all at once. On 2 ranks the scatter's two rounds
+// lose to one write, so the tree's single write stays (measured:
 // docs/performance.md#the-measurements-behind-the-codes-thresholds).
 
 #include "engine/collectives/broadcast.hpp"
@@ -24,7 +24,10 @@ namespace rdmacoll::engine {
 
 namespace {
 
+// Across hosts the scatter spares the root's link from 256 KiB; on one host the tree's fewer
+// copies win up to 2 MiB (docs/performance.md, the code's thresholds).
 constexpr size_t kTreeMaxBytes = 256u << 10;
+constexpr size_t kTreeMaxBytesOneHost = 2u << 20;
 
 // Every rank sees the same descriptors: a rank whose eager limit (RDMACOLL_EAGER_LIMIT) put it
 // on another path than ours is named on every rank, before anything is written.
@@ -166,8 +169,8 @@ void broadcast(Engine& e, GroupState& g, const BroadcastArgs& args) {
       return;
     }
     // Two ranks: the tree is one write of the whole tensor, which no scatter beats.
-    if (p > 2 && bytes > kTreeMaxBytes && numel >= p)
-      return broadcast_scatter(e, g, bytes_at, a, root);
+    const size_t tree_max = g.hosts > 1 ? kTreeMaxBytes : kTreeMaxBytesOneHost;
+    if (p > 2 && bytes > tree_max && numel >= p) return broadcast_scatter(e, g, bytes_at, a, root);
     return broadcast_tree(e, g, bytes_at, bytes, a, root);
   }
   Call call(e.transport(), g, "broadcast", e.spin());
