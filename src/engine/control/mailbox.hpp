@@ -3,7 +3,9 @@
 // call descriptor (and with it a small call's whole chunk), so a call on one host needs no message
 // at all. Each member allocates one region through the transport and peers map it; a sender then
 // copies its descriptor into its slot and publishes it by storing a flag, and the receiver polls
-// its own memory. This is the pre-registered-slot eager path (Open MPI's fast boxes, NCCL's LL
+// its own memory. A descriptor whose inline data is one piece per member
+// (CallDescriptor::inline_piece, reduce_scatter's) puts only the reader's piece into each slot.
+// This is the pre-registered-slot eager path (Open MPI's fast boxes, NCCL's LL
 // buffers); UCX provides and maps the shared memory.
 //
 // Set-up rides on the group's first two calls, which use messages: call #0 carries each
