@@ -214,31 +214,32 @@ void reduce_scatter_inline(Engine& e, GroupState& g, const ReduceScatterRound& a
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     if (piece == 0) return;
+    // The fold loads whole elements: a piece that arrived off their alignment (where it sits in
+    // a message depends on what precedes it) is copied out first.
     auto& chunks = g.scratch.get<ReduceScratch>().chunks;
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
     chunks.resize(p);
     for (int r = 0; r < p; ++r) {
       const std::span<const uint8_t> got = all[r].inline_data;
+      const uint8_t* at = nullptr;
       if (r == g.rank) {
-        chunks[r] = a.in + static_cast<size_t>(r) * piece;
+        at = a.in + static_cast<size_t>(r) * piece;
       } else if (got.size() == piece) {
-        chunks[r] = got.data();
+        at = got.data();
       } else if (got.size() == p * piece) {
-        chunks[r] = got.data() + static_cast<size_t>(g.rank) * piece;
+        at = got.data() + static_cast<size_t>(g.rank) * piece;
       } else {
         throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
                              std::to_string(got.size()) + " inline bytes, expected " +
                              std::to_string(piece) + " or " + std::to_string(p * piece));
       }
-    }
-    // The fold loads whole elements: a piece that arrived off their alignment (where it sits in
-    // a message depends on what precedes it) is copied out first.
-    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
-    for (int r = 0; r < p; ++r) {
-      if (reinterpret_cast<uintptr_t>(chunks[r]) % es == 0) continue;
-      if (scratch.size() < p * piece) scratch.resize(p * piece);
-      uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * piece;
-      std::memcpy(aligned, chunks[r], piece);
-      chunks[r] = aligned;
+      if (reinterpret_cast<uintptr_t>(at) % es != 0) {
+        if (scratch.size() < p * piece) scratch.resize(p * piece);
+        uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * piece;
+        std::memcpy(aligned, at, piece);
+        at = aligned;
+      }
+      chunks[r] = at;
     }
     reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
   });
