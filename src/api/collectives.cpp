@@ -118,6 +118,8 @@ namespace {
 
 void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output,
                                 const Tensor& input) {
+  std::string error;
+  if (g.is_member()) check_all_gather_args(output, input, g.size(), g.rank, error);
   engine::RoundArgs a;
   a.collective = &engine::collectives::kAllGather;
   a.out = output.data();
@@ -126,7 +128,7 @@ void all_gather_into_tensor_now(engine::Engine& e, GroupState& g, Tensor& output
   a.in = input.data();
   a.in_dtype = input.dtype();
   a.in_numel = input.numel();
-  if (g.is_member()) check_all_gather_args(output, input, g.size(), g.rank, a.local_error);
+  a.local_error = error;
   engine::all_gather(e, g, a);
 }
 

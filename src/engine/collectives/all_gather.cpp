@@ -82,7 +82,8 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     own_copied = true;
   };
   if (p == 1) {
-    if (!a.local_error.empty()) throw InvalidArgument(call.where() + ": " + a.local_error);
+    if (!a.local_error.empty())
+      throw InvalidArgument(call.where() + ": " + std::string(a.local_error));
     copy_own();
     return;
   }
@@ -155,7 +156,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
   if (ring) plan_steps();
   const std::vector<CallDescriptor>& all = exchange_descriptors(
       call, mine, ring ? DescriptorsNeeded::Successor : DescriptorsNeeded::All);
-  if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+  if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(a.local_error));
   check_descriptors(call, all);
   if (chunk == 0) return;
   // The window's stores take our chunk from the input themselves.

@@ -58,7 +58,7 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
           region = expose_target(t, mine, data, bytes, key);
         }
         const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
-        if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+        if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(a.local_error));
         check_descriptors(call, all);
         check_same_path(call, all, false);
         // Two steps: the tensor arrives from the parent, then goes whole to every child.
@@ -101,7 +101,7 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs&
             region = expose_target(t, mine, data, bytes, key);
           }
           const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
-          if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
+          if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(a.local_error));
           check_descriptors(call, all);
           check_same_path(call, all, false);
           // One step: the root writes piece j (signal 0) and the tail (signal 1) into rank j.

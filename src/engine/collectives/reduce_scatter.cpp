@@ -36,9 +36,7 @@ CallDescriptor make_round_descriptor(Call& call, const ReduceScatterRound& a) {
   args.in_dtype = args.out_dtype = a.dtype;
   args.in_numel = a.m;
   args.out_numel = static_cast<int64_t>(g.size()) * a.m;
-  CallDescriptor d = make_descriptor(call, args);
-  d.error = a.local_error;  // a view: of the caller's string, not of `args`, gone on return
-  return d;
+  return make_descriptor(call, args);
 }
 
 // The ring (schedule/reduce_scatter.hpp) with one-sided writes: each step's partial sum goes

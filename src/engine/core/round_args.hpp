@@ -5,7 +5,7 @@
 // is one such round; the other collectives run theirs (collectives/*.cpp).
 
 #include <cstdint>
-#include <string>
+#include <string_view>
 
 #include "engine/core/collective.hpp"
 #include "rdmacoll/types.hpp"
@@ -20,8 +20,10 @@ struct RoundArgs {
   DType in_dtype = DType::Float32;
   int64_t in_numel = 0;
   // Non-empty when the local arguments are invalid: the call still tells the peers (so they
-  // raise too) and then raises InvalidArgument with this text.
-  std::string local_error;
+  // raise too) and then raises InvalidArgument with this text. A view of the caller's string,
+  // which outlives the call, as the descriptor made from these arguments views it too: a
+  // RoundArgs built for one descriptor and gone before the exchange leaves nothing dangling.
+  std::string_view local_error;
   // What the descriptors say the call is, so that ranks that disagree (or call different
   // collectives) raise on every rank.
   const Collective* collective = nullptr;  // its row (collectives/registry.hpp); never null
