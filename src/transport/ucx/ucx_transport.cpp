@@ -291,6 +291,11 @@ std::optional<std::string> UcxTransport::peer_failure(int peer) {
   if (auto exited = liveness_.failure(peer); exited && slot.failure != exited) {
     slot.failure = std::move(exited);
     close_failed_ = true;
+  } else if (!exited && slot.failure && liveness_.gone_or_exiting(peer)) {
+    // Its connections close before its pidfd reports the exit (the address space goes in
+    // between: long under ASan), so the connection's error can come while it is still exiting.
+    slot.failure = "process " + std::to_string(liveness_.pid_of(peer)) + " of rank " +
+                   std::to_string(peer) + " on this host is exiting";
   }
   return slot.failure;
 }
