@@ -28,7 +28,6 @@ CallDescriptor make_descriptor(Call& call, const RoundArgs& a) {
   const GroupState& g = call.group();
   CallDescriptor d;
   d.seq = call.seq();
-  d.signal_token = call.token();
   d.group = g.id;
   d.rank = g.rank;
   d.collective = a.collective->code;

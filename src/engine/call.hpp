@@ -71,9 +71,13 @@ class Call {
 
  public:
   // The token this call's writers put in their signals (transport.hpp), reserved on first use:
-  // by make_descriptor, before the descriptor leaves.
+  // by expose_target, before the descriptor leaves. The call's exceptions in flight are
+  // counted then, for the release's verdict (read once per call that holds a token).
   uint64_t token() {
-    if (!token_) token_ = t_.reserve_token();
+    if (!token_) {
+      token_ = t_.reserve_token();
+      uncaught_ = std::uncaught_exceptions();
+    }
     return *token_;
   }
 
@@ -292,7 +296,7 @@ class Call {
   std::vector<Pending>& sends_;
   bool failed_ = false;  // run()'s body threw
   mutable std::string error_text_;
-  int uncaught_ = std::uncaught_exceptions();
+  int uncaught_ = 0;  // std::uncaught_exceptions() when the token was reserved
   std::optional<uint64_t> token_;
   std::optional<RingGuard> ring_;  // ring-step mode
 };

@@ -118,7 +118,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     mine.window = window->id;
     mine.window_offset = window_offset;
   } else if (mine.ok) {
-    region = expose_target(t, mine, out, out_bytes, key);
+    region = expose_target(call, mine, out, out_bytes, key);
   }
   // A ring writes only to its successor, so it needs only the successor's descriptor: one
   // message per rank and call, to and from its ring neighbours (engine/call.hpp).

@@ -113,7 +113,7 @@ void all_to_all(Engine& e, GroupState& g, const AllToAllArgs& args) {
           if (in_bytes > 0 && in_bytes + mine.splits.size() <= limit && !bruck_offer)
             mine.inline_data = {in, in_bytes};
           if (out_bytes > limit && !bruck_offer) {
-            region = expose_target(t, mine, out, out_bytes, key);
+            region = expose_target(call, mine, out, out_bytes, key);
           }
         }
         const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);

@@ -55,7 +55,7 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
         transport::Bytes key;
         CallDescriptor mine = make_descriptor(call, a);
         if (mine.ok) {
-          region = expose_target(t, mine, data, bytes, key);
+          region = expose_target(call, mine, data, bytes, key);
         }
         const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
         if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(a.local_error));
@@ -98,7 +98,7 @@ void broadcast_scatter(Engine& e, GroupState& g, uint8_t* data, const RoundArgs&
           transport::Bytes key;
           CallDescriptor mine = make_descriptor(call, a);
           if (mine.ok) {
-            region = expose_target(t, mine, data, bytes, key);
+            region = expose_target(call, mine, data, bytes, key);
           }
           const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
           if (!mine.ok) throw InvalidArgument(call.where() + ": " + std::string(a.local_error));

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/call.hpp"
 #include "engine/collectives/all_gather.hpp"
 #include "engine/collectives/barrier.hpp"
 #include "engine/collectives/registry.hpp"
@@ -41,14 +42,17 @@ schedule::Algorithm algorithm_for(GroupState& g, size_t bytes_per_rank);
 const schedule::Schedule& schedule_for(GroupState& g, size_t bytes_per_rank);
 
 // Registers [base, +bytes) as where peers write this call's data and names it in our
-// descriptor (address, length, key); `key` holds the key's bytes until the descriptor has left.
+// descriptor (address, length, key, and the token writers sign with: reserved only here, so a
+// call that exposes nothing takes no token, which cost two transport-lock round trips at every
+// small call); `key` holds the key's bytes until the descriptor has left.
 // Returns the registration, which the call keeps until it ends.
-inline std::shared_ptr<transport::MemoryRegion> expose_target(transport::Transport& t,
-                                                              CallDescriptor& mine, void* base,
-                                                              size_t bytes, transport::Bytes& key) {
-  auto region = t.register_memory(base, bytes);
+inline std::shared_ptr<transport::MemoryRegion> expose_target(Call& call, CallDescriptor& mine,
+                                                              void* base, size_t bytes,
+                                                              transport::Bytes& key) {
+  auto region = call.transport().register_memory(base, bytes);
   mine.out_addr = reinterpret_cast<uint64_t>(base);
   mine.out_bytes = bytes;
+  mine.signal_token = call.token();
   key = region->packed_key();
   mine.key = key;
   return region;

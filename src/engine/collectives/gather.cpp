@@ -74,7 +74,7 @@ void gather_round(Engine& e, GroupState& g, const GatherRound& a) {
           if (inline_path && !root) {
             mine.inline_data = {a.in, chunk};
           } else if (!inline_path && root) {
-            region = expose_target(t, mine, a.out, p * chunk, key);
+            region = expose_target(call, mine, a.out, p * chunk, key);
             // Posted before the descriptor leaves: the writes may come as soon as it lands.
             for (int r = 0; r < p; ++r) {
               if (r != a.root) plan.arrive({r, r * chunk, chunk, static_cast<uint32_t>(r), r, 1});

@@ -60,7 +60,7 @@ void reduce_scatter_ring(Engine& e, GroupState& g, const ReduceScatterRound& a) 
     transport::Bytes key;
     CallDescriptor mine = make_round_descriptor(call, a);
     if (mine.ok) {
-      region = expose_target(t, mine, slots, (p - 1) * piece, key);
+      region = expose_target(call, mine, slots, (p - 1) * piece, key);
       if (t.needs_registered_source()) {
         input_region = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
         acc_region = t.register_memory(acc, 2 * piece);
@@ -132,7 +132,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     transport::Bytes key;
     CallDescriptor mine = make_round_descriptor(call, a);
     if (mine.ok) {
-      region = expose_target(t, mine, slots, p * piece, key);
+      region = expose_target(call, mine, slots, p * piece, key);
       if (t.needs_registered_source()) {
         source = t.register_memory(const_cast<uint8_t*>(a.in), in_span);
       }

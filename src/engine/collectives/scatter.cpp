@@ -78,7 +78,7 @@ void scatter(Engine& e, GroupState& g, const ScatterArgs& args) {
           if (inline_path && root) {
             mine.inline_data = {in, p * chunk};
           } else if (!inline_path && !root) {
-            region = expose_target(t, mine, out, chunk, key);
+            region = expose_target(call, mine, out, chunk, key);
             plan.arrive({root_rank, 0, chunk, 0, g.rank, 1});
             plan.end_step();
             steps.expect_all(*region);
