@@ -203,7 +203,10 @@ class Call {
     run_wait(
         spin_, spin_until_, [&] { return missing() >= 0 ? Poll::Idle : Poll::Done; },
         [&](int idle) {
-          if (idle % 16 == 0) t_.progress();
+          // Now and then only: a progress call is longer than a small call's whole wait, and a
+          // flag that lands during one is seen late (every 16th round was 11% of an 8-byte
+          // all_reduce's samples on 2 ranks). Blocking progresses it anyway.
+          if (idle % 128 == 0) t_.progress();
         },
         [&] {
           t_.progress();
