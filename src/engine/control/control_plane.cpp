@@ -128,8 +128,9 @@ const std::vector<CallDescriptor>& exchange_through_slots(Call& call, const Call
     };
     if (length & Mailbox::kRecordBit) {
       // The rest of a record's descriptor is the group's: the slots are the group's own.
+      static const CallDescriptor kBlank{};  // copied: zeroing a temporary cost a rep stos per peer
       CallDescriptor& d = s.descriptors[peer];
-      d = CallDescriptor{};
+      d = kBlank;
       if (!Mailbox::read_record(slot, slots.capacity(), d)) throw claims_too_much();
       d.seq = seq;
       d.group = g.id;
