@@ -1,10 +1,12 @@
 // all_reduce: a direct reduce-scatter (reduce_scatter.cpp) plus an in-place all-gather for
-// tensors past the eager limit, one gather-and-fold round below it.
+// tensors past the eager limit, one round of inline tensors folded where they arrive below it.
 
 #include "engine/collectives/all_reduce.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
@@ -64,15 +66,65 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
       });
 }
 
+// A tensor within the eager limit: every member's whole tensor rides inline in its
+// descriptor (through the mailbox on one host) and each member folds the p copies straight out
+// of the slots or messages into its own, in rank order. The descriptor is the gather round's;
+// this saves the gather's copies into scratch and its data-phase set-up, which were most of an
+// 8-byte call's own time. Every rank takes it alike (same tensor, same limit).
+// `data` holds n elements of a tensor of total_numel (the tail the split rounds leave).
+void all_reduce_inline(Engine& e, GroupState& g, uint8_t* data, DType dtype, int64_t n,
+                       int64_t total_numel, ReduceOp op, const std::string& local_error) {
+  const char* name = collectives::kAllReduce.name;
+  check_usable(g, name);
+  Call call(e.transport(), g, name, e.spin());
+  call.run([&] {
+    const int p = g.size();
+    const size_t es = element_size(dtype);
+    const size_t whole = static_cast<size_t>(n) * es;
+    CallDescriptor mine = make_descriptor(
+        call, reduction_round(data, data, dtype, p, n, op, total_numel, local_error));
+    if (mine.ok) mine.inline_data = {data, whole};
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+    if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
+    check_descriptors(call, all);
+    // The fold loads whole elements: a copy that arrived off their alignment (where it sits in
+    // a message depends on what precedes it) is copied out first.
+    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r) {
+      const uint8_t* at = data;
+      if (r != g.rank) {
+        const std::span<const uint8_t> got = all[r].inline_data;
+        if (got.size() != whole) {
+          throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) +
+                               " sent " + std::to_string(got.size()) + " inline bytes, expected " +
+                               std::to_string(whole));
+        }
+        at = got.data();
+        if (reinterpret_cast<uintptr_t>(at) % es != 0) {
+          if (scratch.size() < p * whole) scratch.resize(p * whole);
+          uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * whole;
+          std::memcpy(aligned, at, whole);
+          at = aligned;
+        }
+      }
+      chunks[r] = at;
+    }
+    reduce_chunks(data, chunks.data(), dtype, op, p, static_cast<size_t>(n));
+  });
+}
+
 }  // namespace
 
 // all_reduce. Tensors above the eager limit run as a direct reduce-scatter then an in-place
 // all-gather of the reduced pieces, in rounds of at most 4 MiB pieces: each rank receives
 // 2 (p-1)/p of the tensor, the bandwidth optimum. Small tensors (and the last < p elements)
-// gather every member's copy in one round (eager, through the slots on one host) and fold
-// locally. Either way each element is folded by one rule in rank order (16-bit floats in float),
-// so every rank ends with the same bits. The whole length and the operator ride in every call's
-// descriptors, so a disagreement raises on every rank before anything is written.
+// ride inline in one round (through the slots on one host) and every member folds the p
+// copies where they arrived (all_reduce_inline). Either way each element is folded by one rule in
+// rank order (16-bit floats in float), so every rank ends with the same bits. The whole length and
+// the operator ride in every call's descriptors, so a disagreement raises on every rank before
+// anything is written.
 void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
   void* const data = args.data;
   const DType dtype = args.dtype;
@@ -108,6 +160,13 @@ void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
       done += p * m;
     }
     if (done == numel) return;
+  }
+  // The gather's inline condition (all_gather.cpp): then one round folds out of the slots.
+  const transport::Transport& t = e.transport();
+  const size_t left = static_cast<size_t>(numel - done) * es;
+  if (p > 1 && left > 0 && local_error.empty() && left <= g.eager_limit(t.max_message_bytes()) &&
+      left < t.single_copy_bytes()) {
+    return all_reduce_inline(e, g, bytes + done * es, dtype, numel - done, numel, op, local_error);
   }
   auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   do {
