@@ -25,6 +25,7 @@ constexpr size_t kWindowBlockFrom = 2u << 20;
 constexpr size_t kWindowBlockBytes = 16u << 10;
 void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
             bool& stored);
+void gather_inline(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot);
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
@@ -87,6 +88,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     copy_own();
     return;
   }
+  if (inline_path) return gather_inline(call, a, chunk, own_slot);
 
   if (own_from_input && !window && t.needs_registered_source()) {
     try {
@@ -98,23 +100,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
 
   transport::Bytes key;
   CallDescriptor mine = make_descriptor(call, a);
-  // Small chunks ride inline in the descriptors (the eager path): one all-to-all message
-  // round, no registration, no data phase. Every rank decides alike (same chunk size, same
-  // limit); a rank whose sizes differ is caught by check_descriptors either way.
-  // Nothing is written into the output before every rank's descriptor has been checked (a
-  // mismatch raises with the output untouched): an inline chunk rides from the input, or from
-  // its conversion, and our own chunk is copied in once the descriptors agree.
-  std::vector<uint8_t> converted;
-  if (inline_path) {
-    const uint8_t* own = static_cast<const uint8_t*>(a.in);
-    if (a.in_dtype != a.out_dtype) {
-      converted.resize(chunk);
-      convert_elements(converted.data(), a.out_dtype, a.in, a.in_dtype,
-                       static_cast<size_t>(a.in_numel));
-      own = converted.data();
-    }
-    mine.inline_data = {own, chunk};
-  } else if (window) {
+  if (window) {
     mine.window = window->id;
     mine.window_offset = window_offset;
   } else if (mine.ok) {
@@ -122,8 +108,8 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
   }
   // A ring writes only to its successor, so it needs only the successor's descriptor: one
   // message per rank and call, to and from its ring neighbours (engine/call.hpp).
-  const bool ring = !inline_path && !window && chunk > 0 && mine.ok &&
-                    algorithm_for(g, chunk) == schedule::Algorithm::Ring;
+  const bool ring =
+      !window && chunk > 0 && mine.ok && algorithm_for(g, chunk) == schedule::Algorithm::Ring;
   // The data phase as plain data (engine/write_steps.hpp): the schedule's ranges of chunks as
   // byte ranges at their final offsets, our own chunk read from the input where it may be.
   DataPhase& data = g.scratch.get<DataPhase>();
@@ -161,18 +147,6 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
   if (chunk == 0) return;
   // The window's stores take our chunk from the input themselves.
   if (!own_from_input && !window) copy_own();
-  if (inline_path) {
-    for (int r = 0; r < p; ++r) {
-      if (r == g.rank) continue;
-      if (all[r].inline_data.size() != chunk) {
-        throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
-                             std::to_string(all[r].inline_data.size()) +
-                             " inline bytes, expected " + std::to_string(chunk));
-      }
-      std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
-    }
-    return;
-  }
 
   // check_descriptors saw every member name the same window and offset, or none.
   if (window) {
@@ -210,6 +184,41 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
   // output while the first step's transfers move.
   steps.run(
       all, sources, [&](size_t) { copy_own(); }, [](size_t) {});
+}
+
+// Small chunks ride inline in the descriptors (the eager path): one all-to-all message round, no
+// registration, no data phase. Every rank decides alike (same chunk size, same limit); a rank
+// whose sizes differ is caught by check_descriptors either way. Nothing is written into the
+// output before every rank's descriptor has been checked (a mismatch raises with the output
+// untouched): an inline chunk rides from the input, or from its conversion, and our own chunk
+// is copied in once the descriptors agree. Apart from gather(): none of its data-phase set-up
+// runs for the small calls.
+void gather_inline(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot) {
+  GroupState& g = call.group();
+  const int p = g.size();
+  uint8_t* const out = static_cast<uint8_t*>(a.out);
+  CallDescriptor mine = make_descriptor(call, a);
+  std::vector<uint8_t> converted;
+  const uint8_t* own = static_cast<const uint8_t*>(a.in);
+  if (a.in_dtype != a.out_dtype) {
+    converted.resize(chunk);
+    convert_elements(converted.data(), a.out_dtype, a.in, a.in_dtype,
+                     static_cast<size_t>(a.in_numel));
+    own = converted.data();
+  }
+  mine.inline_data = {own, chunk};
+  const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+  check_descriptors(call, all);
+  if (own_slot != own) std::memcpy(own_slot, own, chunk);
+  for (int r = 0; r < p; ++r) {
+    if (r == g.rank) continue;
+    if (all[r].inline_data.size() != chunk) {
+      throw TransportError(call.where() + ": rank " + std::to_string(call.global(r)) + " sent " +
+                           std::to_string(all[r].inline_data.size()) + " inline bytes, expected " +
+                           std::to_string(chunk));
+    }
+    std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
+  }
 }
 
 }  // namespace
