@@ -103,6 +103,71 @@ TEST(Reduce, SeparateChunksAndADestinationThatIsALaterChunk) {
     ASSERT_EQ(h1[i], 0x4000) << "element " << i;
 }
 
+// The streaming fold (blocks of the accumulator, sub-blocks in registers, a tail) against the
+// element-by-element fold written out here, in rank order, for every operator, group sizes 2,
+// 3 and 5, and a destination that is separate or any one of the chunks: the same bits.
+template <typename T>
+void expect_fold_matches_by_element(DType dt, ReduceOp op) {
+  const size_t n = 5003;  // several accumulator blocks and a tail shorter than a sub-block
+  for (int p : {2, 3, 5}) {
+    std::vector<std::vector<T>> in(p, std::vector<T>(n));
+    for (int r = 0; r < p; ++r) {
+      for (size_t i = 0; i < n; ++i)
+        in[r][i] = static_cast<T>((static_cast<int>(i) * 7 + r * 3) % 11 + 1);
+    }
+    std::vector<T> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      T acc = in[0][i];
+      for (int r = 1; r < p; ++r) {
+        const T v = in[r][i];
+        switch (op) {
+          case ReduceOp::Sum:
+          case ReduceOp::Avg:
+            acc = static_cast<T>(acc + v);
+            break;
+          case ReduceOp::Product:
+            acc = static_cast<T>(acc * v);
+            break;
+          case ReduceOp::Min:
+            acc = v < acc ? v : acc;
+            break;
+          case ReduceOp::Max:
+            acc = acc < v ? v : acc;
+            break;
+          default:
+            break;
+        }
+      }
+      if (op == ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(p));
+      want[i] = acc;
+    }
+    for (int into = -1; into < p; ++into) {
+      auto chunks_now = in;
+      std::vector<T> separate(n);
+      std::vector<const void*> ptrs(p);
+      for (int r = 0; r < p; ++r)
+        ptrs[r] = chunks_now[r].data();
+      T* dst = into < 0 ? separate.data() : chunks_now[into].data();
+      reduce_chunks(dst, ptrs.data(), dt, op, p, n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(dst[i], want[i]) << dtype_name(dt) << " " << reduce_op_name(op) << " p=" << p
+                                   << " into chunk " << into << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Reduce, StreamingFoldMatchesTheElementByElementFoldForEveryDestination) {
+  for (ReduceOp op :
+       {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg}) {
+    expect_fold_matches_by_element<float>(DType::Float32, op);
+    expect_fold_matches_by_element<double>(DType::Float64, op);
+    if (op == ReduceOp::Avg) continue;
+    expect_fold_matches_by_element<int32_t>(DType::Int32, op);
+    expect_fold_matches_by_element<int64_t>(DType::Int64, op);
+  }
+}
+
 TEST(Reduce, UnsupportedPairsSayWhy) {
   EXPECT_EQ(reduce_unsupported(ReduceOp::Avg, DType::Int32),
             "AVG needs a floating-point dtype, got torch.int32");
