@@ -98,7 +98,7 @@ template <typename T, ReduceOp Op>
 void fold_streams(T* out, const void* const* chunks, int p, size_t n) {
   constexpr size_t kBlock = 4096 / sizeof(T);
   auto same = [](T v) { return v; };
-  auto finish = [p](T v) {
+  auto finish = [&](T v) {
     if constexpr (Op == ReduceOp::Avg && std::is_floating_point_v<T>) return v / static_cast<T>(p);
     return v;
   };
