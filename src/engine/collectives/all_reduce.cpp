@@ -71,9 +71,10 @@ bool symmetric_all_reduce(Engine& e, GroupState& g, uint8_t* data, DType dtype, 
 // of the slots or messages into its own, in rank order. The descriptor is the gather round's;
 // this saves the gather's copies into scratch and its data-phase set-up, which were most of an
 // 8-byte call's own time. Every rank takes it alike (same tensor, same limit).
-// `data` holds n elements of a tensor of total_numel (the tail the split rounds leave).
+// `data` holds n elements of a tensor of total_numel (the tail the split rounds leave). Only for
+// a call without a local error (as the gather's inline path).
 void all_reduce_inline(Engine& e, GroupState& g, uint8_t* data, DType dtype, int64_t n,
-                       int64_t total_numel, ReduceOp op, const std::string& local_error) {
+                       int64_t total_numel, ReduceOp op) {
   const char* name = collectives::kAllReduce.name;
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
@@ -81,16 +82,13 @@ void all_reduce_inline(Engine& e, GroupState& g, uint8_t* data, DType dtype, int
     const int p = g.size();
     const size_t es = element_size(dtype);
     const size_t whole = static_cast<size_t>(n) * es;
-    CallDescriptor mine = make_descriptor(
-        call, reduction_round(data, data, dtype, p, n, op, total_numel, local_error));
-    if (mine.ok) mine.inline_data = {data, whole};
+    CallDescriptor mine =
+        make_descriptor(call, reduction_round(data, data, dtype, p, n, op, total_numel, ""));
+    mine.inline_data = {data, whole};
     const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
-    if (!mine.ok) throw InvalidArgument(call.where() + ": " + local_error);
     check_descriptors(call, all);
-    // The fold loads whole elements: a copy that arrived off their alignment (where it sits in
-    // a message depends on what precedes it) is copied out first.
-    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
-    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+    ReduceScratch& s = g.scratch.get<ReduceScratch>();
+    auto& chunks = s.chunks;
     chunks.resize(p);
     for (int r = 0; r < p; ++r) {
       const uint8_t* at = data;
@@ -101,13 +99,7 @@ void all_reduce_inline(Engine& e, GroupState& g, uint8_t* data, DType dtype, int
                                " sent " + std::to_string(got.size()) + " inline bytes, expected " +
                                std::to_string(whole));
         }
-        at = got.data();
-        if (reinterpret_cast<uintptr_t>(at) % es != 0) {
-          if (scratch.size() < p * whole) scratch.resize(p * whole);
-          uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * whole;
-          std::memcpy(aligned, at, whole);
-          at = aligned;
-        }
+        at = s.aligned(r, p, got.data(), whole, es);
       }
       chunks[r] = at;
     }
@@ -166,7 +158,7 @@ void all_reduce(Engine& e, GroupState& g, const AllReduceArgs& args) {
   const size_t left = static_cast<size_t>(numel - done) * es;
   if (p > 1 && left > 0 && local_error.empty() && left <= g.eager_limit(t.max_message_bytes()) &&
       left < t.single_copy_bytes()) {
-    return all_reduce_inline(e, g, bytes + done * es, dtype, numel - done, numel, op, local_error);
+    return all_reduce_inline(e, g, bytes + done * es, dtype, numel - done, numel, op);
   }
   auto& scratch = g.scratch.get<ReduceScratch>().gathered;
   do {

@@ -212,10 +212,8 @@ void reduce_scatter_inline(Engine& e, GroupState& g, const ReduceScatterRound& a
     if (!mine.ok) throw InvalidArgument(call.where() + ": " + a.local_error);
     check_descriptors(call, all);
     if (piece == 0) return;
-    // The fold loads whole elements: a piece that arrived off their alignment (where it sits in
-    // a message depends on what precedes it) is copied out first.
-    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
-    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+    ReduceScratch& s = g.scratch.get<ReduceScratch>();
+    auto& chunks = s.chunks;
     chunks.resize(p);
     for (int r = 0; r < p; ++r) {
       const std::span<const uint8_t> got = all[r].inline_data;
@@ -231,13 +229,7 @@ void reduce_scatter_inline(Engine& e, GroupState& g, const ReduceScatterRound& a
                              std::to_string(got.size()) + " inline bytes, expected " +
                              std::to_string(piece) + " or " + std::to_string(p * piece));
       }
-      if (reinterpret_cast<uintptr_t>(at) % es != 0) {
-        if (scratch.size() < p * piece) scratch.resize(p * piece);
-        uint8_t* aligned = scratch.data() + static_cast<size_t>(r) * piece;
-        std::memcpy(aligned, at, piece);
-        at = aligned;
-      }
-      chunks[r] = at;
+      chunks[r] = s.aligned(r, p, at, piece, es);
     }
     reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
   });
