@@ -35,6 +35,9 @@ std::string transport_counters() {
 uint64_t bytes_written_to(int peer) {
   return require_world("bytes_written_to").transport->statistics().bytes_written_to(peer);
 }
+uint64_t bytes_read() {
+  return require_world("bytes_read").transport->statistics().bytes_read;
+}
 bool mailbox_active(const Group& group) {
   return resolve(group, "mailbox_active").mailbox.active();
 }

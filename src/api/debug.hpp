@@ -25,6 +25,9 @@ uint64_t connected_peers();
 // Data bytes this process has written to global rank `peer` (the transport's counter).
 uint64_t bytes_written_to(int peer);
 
+// Data bytes this process has copied out of its peers' memory (Transport::read_peer).
+uint64_t bytes_read();
+
 // The host identity global rank `rank` reported (RDMACOLL_HOST_ID or its hostname).
 std::string host_of(int rank);
 

@@ -94,6 +94,9 @@ std::vector<Spec> make_registry() {
   r.push_back(spec_of(kUcxProtocol, Scope::Job,
                       "UCX data protocol: tagged messages straight into place, or ucp_put + "
                       "flush + notify; `auto` picks per size and path"));
+  r.push_back(spec_of(kPeerReads, Scope::Job,
+                      "on one host, a rank copies its peers' chunks out of their memory (one "
+                      "kernel copy, CMA) where the kernel allows it; 0: the peers send them"));
   r.push_back(spec_of(kSpinUs, Scope::Rank,
                       "how long a wait polls before it blocks, in microseconds (ranks that "
                       "outnumber a host's cores poll 2000 us, yielding each round)"));

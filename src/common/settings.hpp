@@ -88,6 +88,7 @@ inline constexpr Choice<4> kDescriptors{"RDMACOLL_DESCRIPTORS",
 inline constexpr Choice<2> kTopology{"RDMACOLL_TOPOLOGY", {"auto", "flat"}};
 inline constexpr Text kHostId{"RDMACOLL_HOST_ID", "hostname"};
 inline constexpr Choice<3> kUcxProtocol{"RDMACOLL_UCX_PROTOCOL", {"auto", "tag", "put"}};
+inline constexpr Choice<2> kPeerReads{"RDMACOLL_PEER_READS", {"1", "0"}};
 inline constexpr Count kSpinUs{"RDMACOLL_SPIN_US", "200 (2000 oversubscribed)", 0, 10'000'000};
 inline constexpr Count kEagerLimit{"RDMACOLL_EAGER_LIMIT", "64 KiB / 1 MiB/p / 2 KiB", 0, 4 * kMiB};
 inline constexpr Choice<3> kDebug{"RDMACOLL_DEBUG", {"warn", "info", "trace"}};

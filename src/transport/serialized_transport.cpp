@@ -106,6 +106,14 @@ class SerializedTransport final : public Transport {
     std::lock_guard lock(mu_);
     inner_->unmap_remote(mapped);
   }
+  // No lock: the inner transport's read_peer() is thread-safe, and a long copy must not hold
+  // up the other threads' calls.
+  bool read_peer(int peer, uint64_t address, void* dst, size_t length) override {
+    return inner_->read_peer(peer, address, dst, length);
+  }
+  bool can_read_peer(int peer, uint64_t address) override {
+    return inner_->can_read_peer(peer, address);
+  }
   void doorbell(int peer) override {
     std::lock_guard lock(mu_);
     inner_->doorbell(peer);

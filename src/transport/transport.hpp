@@ -199,6 +199,18 @@ class Transport {
   virtual void unmap_remote(void* /*mapped*/) {}
   virtual void doorbell(int /*peer*/) {}
 
+  // Copies `length` bytes at `address` in `peer`'s memory into `dst`, for protocols in which the
+  // receiver pulls (on one host: a kernel copy, CMA's process_vm_readv). False where this
+  // transport cannot read that peer's memory (another host, the kernel's ptrace rules, turned
+  // off); throws PeerFailure if the peer is gone and TransportError if the range is not
+  // readable there. Thread-safe: no lock of a serialized transport is taken for it.
+  virtual bool read_peer(int /*peer*/, uint64_t /*address*/, void* /*dst*/, size_t /*length*/) {
+    return false;
+  }
+  // Whether read_peer() of `peer`'s memory at `address` (a byte it holds) works: a probe, not
+  // counted as data read.
+  virtual bool can_read_peer(int /*peer*/, uint64_t /*address*/) { return false; }
+
   // Stops a pending request; afterwards it no longer touches its buffer.
   virtual void cancel(const RequestPtr& request) = 0;
 
@@ -262,6 +274,7 @@ class Transport {
     uint64_t doorbells_rung = 0;          // tests: a late writer woke a sleeping reader
     uint64_t control_messages_sent = 0;   // send()s: what the scale benchmark reports per call
     std::vector<uint64_t> bytes_written;  // data bytes write() sent, by peer (not control)
+    uint64_t bytes_read = 0;              // data bytes read_peer() copied, from all peers
     uint64_t bytes_written_to(int peer) const {
       return peer >= 0 && static_cast<size_t>(peer) < bytes_written.size() ? bytes_written[peer]
                                                                            : 0;
@@ -273,6 +286,7 @@ class Transport {
     s.doorbells_rung = doorbells_;
     s.control_messages_sent = control_messages_;
     s.bytes_written = bytes_to_;
+    s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -283,6 +297,8 @@ class Transport {
     bytes_to_[peer] += bytes;
   }
   void count_doorbell() { ++doorbells_; }
+  // Implementations call this from read_peer(), which may run on several threads at once.
+  void count_read(size_t bytes) { bytes_read_.fetch_add(bytes, std::memory_order_relaxed); }
   // Implementations call this from send().
   void count_control_message() { ++control_messages_; }
 
@@ -303,6 +319,7 @@ class Transport {
 
  private:
   std::vector<uint64_t> bytes_to_;
+  std::atomic<uint64_t> bytes_read_{0};
   uint64_t doorbells_ = 0;
   uint64_t control_messages_ = 0;
   uint64_t next_token_ = 0;

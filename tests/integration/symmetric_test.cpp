@@ -49,8 +49,9 @@ void gather_into(Tensor& out, const Group& g, int64_t n, DType in_dt, int iter,
   }
 }
 
-uint64_t bytes_written() {
-  uint64_t n = 0;
+// What the transport moved: bytes written to peers and bytes read out of their memory.
+uint64_t bytes_moved() {
+  uint64_t n = detail::bytes_read();
   for (int r = 0; r < get_world_size(); ++r)
     n += detail::bytes_written_to(r);
   return n;
@@ -62,7 +63,7 @@ TEST(SymmetricMemory, AllGatherStoresEveryChunkIntoEveryMembersOutput) {
   expect_all_ok(run_ranks(3, [](int, int p) {
     Tensor flat = empty({p * kLarge}, DType::Float32);
     Tensor stacked = empty({p, kLarge}, DType::Float32);
-    const uint64_t before = bytes_written();
+    const uint64_t before = bytes_moved();
     for (int iter = 0; iter < 10; ++iter) {
       gather_into(iter % 2 ? stacked : flat, {}, kLarge, DType::Float32, iter);
     }
@@ -71,12 +72,12 @@ TEST(SymmetricMemory, AllGatherStoresEveryChunkIntoEveryMembersOutput) {
     // Small chunks keep riding inline in the descriptors.
     Tensor small = empty({p * 8}, DType::Float32);
     gather_into(small, {}, 8, DType::Float32, 12);
-    RANK_CHECK(bytes_written() == before,
-               "the symmetric path wrote " << bytes_written() - before << " bytes");
-    // The same gather into ordinary memory writes one-sided.
+    RANK_CHECK(bytes_moved() == before,
+               "the symmetric path moved " << bytes_moved() - before << " bytes");
+    // The same gather into ordinary memory goes through the transport.
     Tensor plain = zeros({p * kLarge}, DType::Float32);
     gather_into(plain, {}, kLarge, DType::Float32, 13);
-    RANK_CHECK(bytes_written() > before, "the ordinary path wrote nothing");
+    RANK_CHECK(bytes_moved() > before, "the ordinary path moved nothing");
   }));
 }
 
@@ -116,7 +117,7 @@ TEST(SymmetricMemory, AMemberWhoseOutputIsNotInTheWindowMakesEveryRankRaise) {
 // in place and with a conversion, and nothing through the transport's writes.
 TEST(SymmetricMemory, ChunksFrom1KiBWithinTheEagerLimitAreStoredThroughTheWindow) {
   expect_all_ok(run_ranks(2, [](int, int p) {
-    const uint64_t before = bytes_written();
+    const uint64_t before = bytes_moved();
     int iter = 0;
     for (int64_t n : {int64_t{255}, int64_t{256}, int64_t{1024}, int64_t{4096}, int64_t{16384}}) {
       Tensor out = empty({p * n}, DType::Float32);
@@ -124,8 +125,8 @@ TEST(SymmetricMemory, ChunksFrom1KiBWithinTheEagerLimitAreStoredThroughTheWindow
       gather_into(out, {}, n, DType::Float32, iter++, true);
       gather_into(out, {}, n, DType::Int64, iter++);
     }
-    RANK_CHECK(bytes_written() == before,
-               "the symmetric path wrote " << bytes_written() - before << " bytes");
+    RANK_CHECK(bytes_moved() == before,
+               "the symmetric path wrote " << bytes_moved() - before << " bytes");
   }));
 }
 
@@ -165,9 +166,9 @@ TEST(SymmetricMemory, AllReduceFoldsEachSegmentOnceAndStoresItEverywhere) {
         sym.set(i, v);
         plain.set(i, v);
       }
-      const uint64_t before = bytes_written();
+      const uint64_t before = bytes_moved();
       all_reduce(sym, c.op);
-      RANK_CHECK(bytes_written() == before, "the symmetric all_reduce wrote through the transport");
+      RANK_CHECK(bytes_moved() == before, "the symmetric all_reduce wrote through the transport");
       all_reduce(plain, c.op);
       for (int64_t i = 0; i < n; ++i) {
         RANK_CHECK(sym.item(i) == plain.item(i), dtype_name(c.dt)
@@ -223,9 +224,9 @@ TEST(SymmetricMemory, ReduceScatterFoldsEachPieceStraightOutOfEveryMembersInput)
                              c.dt, {n})
               : zeros({n}, c.dt);
       Tensor want = zeros({n}, c.dt);
-      const uint64_t before = bytes_written();
+      const uint64_t before = bytes_moved();
       reduce_scatter_tensor(out, sym, c.op);
-      RANK_CHECK(bytes_written() == before,
+      RANK_CHECK(bytes_moved() == before,
                  "the symmetric reduce_scatter wrote through the transport");
       reduce_scatter_tensor(want, plain, c.op);
       for (int64_t i = 0; i < n; ++i) {
@@ -302,10 +303,9 @@ TEST(SymmetricMemory, BroadcastCopiesStraightOutOfTheRootsPart) {
         const auto value = [&](int64_t i) { return static_cast<double>((i * 5 + iter) % 7 + 1); };
         for (int64_t i = 0; i < n; ++i)
           t.set(i, rank == root ? value(i) : -1);
-        const uint64_t before = bytes_written();
+        const uint64_t before = bytes_moved();
         broadcast(t, root);
-        RANK_CHECK(bytes_written() == before,
-                   "the symmetric broadcast wrote through the transport");
+        RANK_CHECK(bytes_moved() == before, "the symmetric broadcast wrote through the transport");
         for (int64_t i = 0; i < n; ++i) {
           RANK_CHECK(t.item(i) == value(i), dtype_name(dt)
                                                 << " root " << root << " element " << i << ": "

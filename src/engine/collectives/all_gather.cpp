@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/call.hpp"
@@ -23,9 +24,17 @@ namespace {
 constexpr size_t kWindowMinBytes = 1024;
 constexpr size_t kWindowBlockFrom = 2u << 20;
 constexpr size_t kWindowBlockBytes = 16u << 10;
+// What a call leaves to do after its body: the members meet once the peers have stored into
+// our output (symmetric memory) or read our chunk, whichever the call did.
+struct After {
+  bool stored = false;   // symmetric memory: every member stored into every output
+  bool offered = false;  // peers read our chunk out of our memory
+  std::string read_error;
+};
 void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
-            bool& stored);
+            After& after);
 void gather_inline(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot);
+void gather_by_reads(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot, After& after);
 }  // namespace
 
 void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
@@ -33,17 +42,19 @@ void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
   check_usable(g, name);
   Call call(e.transport(), g, name, e.spin());
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
-  bool stored = false;  // symmetric memory: every member stored into every output
-  call.run([&] { gather(call, a, region, stored); }, &region);
-  // The peers' stores land in outputs their owners read once they return: none returns before
-  // every member has stored.
-  if (stored) barrier(e, g);
+  After after;
+  call.run([&] { gather(call, a, region, after); }, &region);
+  // The peers' stores land in outputs their owners read once they return, and their reads
+  // copy inputs their owners may change once they return: none returns before every member
+  // is done. A failed read travels in the barrier's descriptor, so every member raises it.
+  if (after.stored) barrier(e, g);
+  if (after.offered) barrier(e, g, {.local_error = after.read_error});
 }
 
 namespace {
 
 void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
-            bool& stored) {
+            After& after) {
   transport::Transport& t = call.transport();
   GroupState& g = call.group();
   const int p = g.size();
@@ -89,6 +100,9 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     return;
   }
   if (inline_path) return gather_inline(call, a, chunk, own_slot);
+  if (a.local_error.empty() && chunk > 0 && !window && g.mailbox.peer_reads() &&
+      a.in_dtype == a.out_dtype)
+    return gather_by_reads(call, a, chunk, own_slot, after);
 
   if (own_from_input && !window && t.needs_registered_source()) {
     try {
@@ -169,7 +183,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
             a.out_dtype, in + first * in_es, a.in_dtype, count);
       }
     }
-    stored = true;
+    after.stored = true;
     return;
   }
 
@@ -219,6 +233,53 @@ void gather_inline(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_sl
     }
     std::memcpy(out + static_cast<size_t>(r) * chunk, all[r].inline_data.data(), chunk);
   }
+}
+
+// Past the inline path, where every member can copy out of every other's memory (one host,
+// Mailbox::peer_reads): each member offers where its chunk lies (its input, or its slot of an
+// in-place output) and copies its peers' chunks straight into its output, one kernel copy each.
+// Nothing is exposed and no data message moves: UCX's rendezvous makes the same copy only after
+// an RTS, and answers with an ATS (docs/performance.md, the middle sizes' floor). An input whose
+// dtype the output converts takes the writes, so that the output stays untouched until the
+// descriptors agree. Only a call without a local error takes it (as the inline path), and every
+// rank decides alike; a peer that did not offer is refused by check_descriptors.
+// Once the descriptors agree, every member meets in all_gather()'s barrier, even after a failed
+// read. A peer that leaves early (a timeout) never meets us there, so a read of memory it no
+// longer holds raises rather than passing as a result.
+void gather_by_reads(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot,
+                     After& after) {
+  GroupState& g = call.group();
+  transport::Transport& t = call.transport();
+  const int p = g.size();
+  uint8_t* const out = static_cast<uint8_t*>(a.out);
+  CallDescriptor mine = make_descriptor(call, a);
+  mine.source_addr = reinterpret_cast<uint64_t>(a.in);
+  const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+  check_descriptors(call, all);
+  after.offered = true;
+  for (int i = 1; i < p && after.read_error.empty(); ++i) {
+    const int r = (g.rank + i) % p;  // members start at different peers
+    auto whose = [&] { return "rank " + std::to_string(call.global(r)) + "'s chunk"; };
+    call.guarded([&] {
+      try {
+        if (!t.read_peer(call.global(r), all[r].source_addr, out + static_cast<size_t>(r) * chunk,
+                         chunk)) {
+          after.read_error = "cannot read " + whose() +
+                             ": the kernel refused a read it allowed "
+                             "when the group was made";
+        }
+      } catch (const PeerFailure&) {
+        throw;  // the group breaks: that peer meets nobody
+      } catch (const TransportError& e) {
+        after.read_error = "reading " + whose() + " failed: " + e.what();
+      }
+    });
+  }
+  if (!after.read_error.empty()) {
+    after.read_error = call.where() + ": " + after.read_error;
+    return;
+  }
+  if (own_slot != a.in) std::memcpy(own_slot, a.in, chunk);
 }
 
 }  // namespace

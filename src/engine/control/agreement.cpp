@@ -82,6 +82,14 @@ std::optional<std::string> arguments_differ(const Call& call, int a, const CallD
            reduce_op_name(static_cast<ReduceOp>(da.reduce_op)) + ", rank " + rb + " " +
            reduce_op_name(static_cast<ReduceOp>(db.reduce_op));
   }
+  // Peers read the chunks only where every member offered its own (all_gather.cpp); a member
+  // that did not waits for writes that would never come.
+  if ((db.source_addr == 0) != (da.source_addr == 0)) {
+    const bool a_offers = da.source_addr != 0;
+    return "ranks disagree on the data path: rank " + (a_offers ? ra : rb) +
+           " offered its chunk for its peers to read, rank " + (a_offers ? rb : ra) +
+           " did not; every member must see the same RDMACOLL_PEER_READS";
+  }
   // Same sizes but not the same path: the eager limit differs between ranks (it can only be
   // RDMACOLL_EAGER_LIMIT). Going on would leave the inline ranks' peers waiting for writes.
   // (Rooted collectives and all_to_all inline on some ranks only; their files check the paths.)

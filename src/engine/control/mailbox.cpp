@@ -77,6 +77,7 @@ void Mailbox::annotate(transport::Transport& t, int p, size_t capacity, CallDesc
     }
   } else if (state_ == State::Mapping) {
     mine.slots_mapped = mapped_all_;
+    mine.peers_readable = readable_all_;
   }
 }
 
@@ -136,18 +137,29 @@ void Mailbox::advance(transport::Transport& t, const std::vector<int>& members, 
       if (r != my_rank && peers_[r])
         mapped(peers_[r], my_rank, capacity_).store(1, std::memory_order_release);
     }
+    // Whether the kernel lets us copy out of every peer's memory: a probe of its region, which
+    // it mapped before offering it.
+    readable_all_ = mapped_all_;
+    for (int r = 0; r < p && readable_all_; ++r) {
+      if (r != my_rank) readable_all_ = t.can_read_peer(members[r], all[r].slot_addr);
+    }
     state_ = State::Mapping;
   } else if (state_ == State::Mapping) {
     bool everyone = true;
-    for (const auto& d : all)
+    bool reads = true;
+    for (const auto& d : all) {
       everyone = everyone && d.slots_mapped;
+      reads = reads && d.peers_readable;
+    }
     state_ = everyone ? State::Active : State::Off;
+    peer_reads_ = everyone && reads;
     if (!everyone) {
       unmap_peers(t);
       free_region(t);
     }
     log::info("mailbox for a group of " + std::to_string(p) +
-              " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off"));
+              " ranks: " + (everyone ? "on (shared memory, no messages for small calls)" : "off") +
+              (peer_reads_ ? "; peers read each other's chunks" : ""));
   }
 }
 

@@ -9,8 +9,9 @@
 // buffers); UCX provides and maps the shared memory.
 //
 // Set-up rides on the group's first two calls, which use messages: call #0 carries each
-// member's region key; call #1 says whether the member mapped every peer's region. Every rank
-// sees the same descriptors, so all switch to slots from call #2 on, or none does.
+// member's region key; call #1 says whether the member mapped every peer's region, and whether
+// it could read every peer's memory (peer_reads()). Every rank sees the same descriptors, so
+// all switch to slots from call #2 on, or none does, and likewise for the reads.
 //
 // Slot reuse: a sender writes slot (its rank, seq % 2) of call seq. It can reach call seq + 2
 // only after the receiver sent it call seq + 1's descriptor, which the receiver does only
@@ -64,6 +65,9 @@ class Mailbox {
 
   State state() const { return state_; }
   bool active() const { return state_ == State::Active; }
+  // Every member can copy out of every other's memory (Transport::read_peer), as the set-up's
+  // second call agreed: a call may then offer its chunk for its peers to read.
+  bool peer_reads() const { return state_ == State::Active && peer_reads_; }
   size_t capacity() const { return capacity_; }
 
   // A group spanning hosts takes no slots: its members cannot all map each other's memory
@@ -140,6 +144,8 @@ class Mailbox {
   std::vector<uint8_t*> peers_;  // each member's region as mapped here (ours for our rank)
   int p_ = 0, my_rank_ = -1;
   bool mapped_all_ = false;
+  bool readable_all_ = false;  // we could read every peer's region (sent with the second call)
+  bool peer_reads_ = false;
 };
 
 }  // namespace rdmacoll::engine

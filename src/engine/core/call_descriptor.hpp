@@ -74,6 +74,12 @@ struct CallDescriptor {
   std::span<const uint8_t> slot_key;
   uint32_t slot_capacity = 0;  // the slot layout's descriptor capacity: all must agree
   bool slots_mapped = false;
+  // ... and (second call) whether the sender could read every peer's memory (a probe of its
+  // slot memory through Transport::read_peer): peers then copy chunks out of each other's.
+  bool peers_readable = false;
+  // A call whose peers read its chunk (engine/collectives/all_gather.cpp): where the sender's
+  // chunk lies in its own address space (0: not offered).
+  uint64_t source_addr = 0;
 
   size_t serialized_size() const;
   // Writes the message to dst[0, size) and returns its size; throws TransportError if it

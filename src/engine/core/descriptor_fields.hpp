@@ -50,7 +50,9 @@
   LENGTH(splits)                                  \
   FIELD(signal_token, uint64_t, Call)             \
   FIELD(window, uint64_t, Data)                   \
-  FIELD(window_offset, uint64_t, Data)
+  FIELD(window_offset, uint64_t, Data)            \
+  FIELD(source_addr, uint64_t, Data)              \
+  FIELD(peers_readable, uint64_t, Data)
 
 #define RDMACOLL_DESCRIPTOR_PARTS(PART) \
   PART(key)                             \
@@ -91,7 +93,7 @@ static_assert(sizeof(DescriptorHeader) ==
               sizeof(uint32_t) RDMACOLL_DESCRIPTOR_HEADER(RDMACOLL_FIELD, RDMACOLL_LENGTH));
 #undef RDMACOLL_FIELD
 #undef RDMACOLL_LENGTH
-static_assert(sizeof(DescriptorHeader) == 152 && offsetof(DescriptorHeader, slot_addr) == 72 &&
+static_assert(sizeof(DescriptorHeader) == 168 && offsetof(DescriptorHeader, slot_addr) == 72 &&
               offsetof(DescriptorHeader, total_numel) == 88 &&
               offsetof(DescriptorHeader, global_rank) == 120 &&
               offsetof(DescriptorHeader, window_offset) == 144);

@@ -62,6 +62,9 @@ struct Fabric::State {
   // Mappable memory by address: a peer's mapping holds it, as a process's mapping of shared
   // memory outlives the owner's free.
   std::map<uint64_t, std::weak_ptr<MemoryRegion>> mappable;
+  bool reads = false;        // allow_reads()
+  std::set<int> unreadable;  // refuse_reads_from()
+  std::function<void(int, int)> read_hook;
 
   void wake(int rank) {
     const uint64_t one = 1;
@@ -285,6 +288,31 @@ class Endpoint final : public Transport {
     auto it = mapped_.find(mapped);
     if (it != mapped_.end()) mapped_.erase(it);
   }
+  bool read_peer(int peer, uint64_t address, void* dst, size_t length) override {
+    check_peer(peer);
+    std::function<void(int, int)> hook;
+    {
+      std::lock_guard lock(s_->mu);
+      if (!s_->reads) return false;
+      hook = s_->read_hook;
+      if (s_->ranks[me_].dead) throw PeerFailure("this rank was killed (loopback)");
+      if (s_->ranks[peer].dead)
+        throw PeerFailure("rank " + std::to_string(peer) + " was killed (loopback)");
+      if (s_->unreadable.count(peer)) {
+        throw TransportError("loopback: reading " + std::to_string(length) + " bytes of rank " +
+                             std::to_string(peer) + ": its memory is not readable");
+      }
+    }
+    if (hook) hook(me_, peer);
+    if (length > 0) std::memcpy(dst, reinterpret_cast<const void*>(address), length);
+    count_read(length);
+    return true;
+  }
+  bool can_read_peer(int peer, uint64_t) override {
+    check_peer(peer);
+    std::lock_guard lock(s_->mu);
+    return s_->reads && !s_->unreadable.count(peer) && !s_->ranks[peer].dead;
+  }
   void doorbell(int peer) override {
     count_doorbell();
     std::lock_guard lock(s_->mu);
@@ -341,6 +369,21 @@ void Fabric::kill(int rank) {
   state_->ranks[rank].dead = true;
   for (int r = 0; r < static_cast<int>(state_->ranks.size()); ++r)
     state_->wake(r);
+}
+
+void Fabric::allow_reads(bool on) {
+  std::lock_guard lock(state_->mu);
+  state_->reads = on;
+}
+
+void Fabric::refuse_reads_from(int rank) {
+  std::lock_guard lock(state_->mu);
+  state_->unreadable.insert(rank);
+}
+
+void Fabric::on_read(std::function<void(int, int)> hook) {
+  std::lock_guard lock(state_->mu);
+  state_->read_hook = std::move(hook);
 }
 
 void Fabric::hold(int from, int to) {

@@ -1,5 +1,11 @@
 // Registration and shared-memory mapping (the eager slots' regions) over UCX.
 
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "transport/ucx/transport_impl.hpp"
 
 namespace rdmacoll::transport::ucx_impl {
@@ -71,6 +77,50 @@ void* UcxTransport::map_remote(int peer, uint64_t base, size_t length,
 
 void UcxTransport::free_mappable(const std::shared_ptr<MemoryRegion>& region) {
   std::erase_if(allocated_, [&](const auto& r) { return r == region; });
+}
+
+// CMA: one kernel copy out of the peer's pages, which it needs no part in (UCX's rendezvous
+// does the same copy after an RTS, and answers with an ATS; the engine's own descriptor round
+// replaces both). The kernel allows it where ptrace would be allowed (Yama's ptrace_scope,
+// containers): EPERM means never, and the engine asks once per group before relying on it.
+bool UcxTransport::read_peer(int peer, uint64_t address, void* dst, size_t length) {
+  if (!shm_ || !peer_reads_) return false;
+  const pid_t pid = liveness_.pid_of(peer);
+  if (pid <= 0) return false;
+  auto* to = static_cast<uint8_t*>(dst);
+  while (length > 0) {
+    iovec local{to, length};
+    iovec remote{reinterpret_cast<void*>(address), length};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n > 0) {
+      count_read(static_cast<size_t>(n));
+      to += n;
+      address += static_cast<uint64_t>(n);
+      length -= static_cast<size_t>(n);
+      continue;
+    }
+    const int err = n == 0 ? EFAULT : errno;
+    if (err == EINTR) continue;
+    if (err == EPERM || err == ENOSYS) return false;
+    char at[24];
+    std::snprintf(at, sizeof at, "%#llx", static_cast<unsigned long long>(address));
+    const std::string what = "reading " + std::to_string(length) + " bytes at " + at + " of rank " +
+                             std::to_string(peer) + " (process " + std::to_string(pid) +
+                             ", process_vm_readv): " + std::strerror(err);
+    if (err == ESRCH) throw PeerFailure(what + "; the process is gone");
+    throw TransportError(what + "; its memory there is not readable");
+  }
+  return true;
+}
+
+bool UcxTransport::can_read_peer(int peer, uint64_t address) {
+  if (!shm_ || !peer_reads_) return false;
+  const pid_t pid = liveness_.pid_of(peer);
+  if (pid <= 0) return false;
+  uint8_t byte = 0;
+  iovec local{&byte, 1};
+  iovec remote{reinterpret_cast<void*>(address), 1};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == 1;
 }
 
 void UcxTransport::unmap_remote(void* mapped) {

@@ -203,6 +203,8 @@ class UcxTransport final : public Transport {
   bool peer_exited(int peer) override;
   void close_without_flush() override { close_without_flush_ = true; }
   int peer_pid(int peer) const override { return liveness_.pid_of(peer); }
+  bool read_peer(int peer, uint64_t address, void* dst, size_t length) override;
+  bool can_read_peer(int peer, uint64_t address) override;
 
   // UCX owns its endpoints' resources; what we report is how many we opened (on first use).
   Statistics statistics() const override {
@@ -245,6 +247,7 @@ class UcxTransport final : public Transport {
   size_t max_message_ = settings::read(settings::kTestMaxMessage).value_or(SIZE_MAX);
   uint64_t endpoints_created_ = 0;
   bool shm_;
+  bool peer_reads_;                // RDMACOLL_PEER_READS
   std::string rndv_thresh_;        // set by us, when not by the user
   size_t single_copy_ = SIZE_MAX;  // single_copy_bytes(): from our rendezvous threshold
   ucp_context_h context_ = nullptr;

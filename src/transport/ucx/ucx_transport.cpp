@@ -5,7 +5,9 @@ namespace rdmacoll::transport {
 namespace ucx_impl {
 
 UcxTransport::UcxTransport(CreateHints hints)
-    : protocol_(protocol_from_env()), shm_(shared_memory_allowed()) {
+    : protocol_(protocol_from_env()),
+      shm_(shared_memory_allowed()),
+      peer_reads_(settings::read(settings::kPeerReads) != settings::kPeerReads.value("0")) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   // Over TCP, UCX's "auto" rendezvous threshold (about 8 KiB) costs two extra round trips

@@ -75,9 +75,10 @@ TEST(Settings, EveryConstantIsTheRegistrysEntryOfItsName) {
   EXPECT_EQ(spec(kTimeout.name).default_text, "1800");
   EXPECT_EQ(read(kTimeout), kTimeout.value);
   size_t constants = 8 + 8 + 8 + 1;  // the counts, texts and numbers above, and the timeout
-  for (std::string_view c : {kTransport.name, kAlgo.name, kAllToAll.name, kDescriptors.name,
-                             kTopology.name, kUcxProtocol.name, kDebug.name, kIbMtu.name,
-                             kIbAdaptiveRouting.name, kForkInit.name, kProgress.name}) {
+  for (std::string_view c :
+       {kTransport.name, kAlgo.name, kAllToAll.name, kDescriptors.name, kTopology.name,
+        kUcxProtocol.name, kPeerReads.name, kDebug.name, kIbMtu.name, kIbAdaptiveRouting.name,
+        kForkInit.name, kProgress.name}) {
     EXPECT_EQ(spec(c).type, Type::Choice) << c;
     ++constants;
   }

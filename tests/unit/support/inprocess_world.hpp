@@ -66,11 +66,13 @@ struct RankContext {
 };
 
 // Runs body(ctx) on p threads, one per rank, and `meanwhile(fabric)` on the caller's; fails the
-// test with each rank's error.
+// test with each rank's error. `before(fabric)` runs before any rank starts.
 template <typename Body>
 void run_world(int p, const std::vector<std::string>& hosts, Body body,
-               size_t max_message = SIZE_MAX, const std::function<void(Fabric&)>& meanwhile = {}) {
+               size_t max_message = SIZE_MAX, const std::function<void(Fabric&)>& meanwhile = {},
+               const std::function<void(Fabric&)>& before = {}) {
   Fabric fabric(p, max_message);
+  if (before) before(fabric);
   std::vector<std::string> errors(p);
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
