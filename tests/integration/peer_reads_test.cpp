@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/collectives/all_gather.hpp"
+#include "engine/collectives/broadcast.hpp"
 #include "engine/collectives/registry.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/tensor.hpp"
@@ -130,11 +131,41 @@ TEST(PeerReadsOnLoopback, AChunkThatCannotBeReadRaisesOnEveryRankAndTheGroupGoes
             check(false, "no error");
           } catch (const InvalidArgument& e) {
             const std::string what = e.what();
-            check(what.find("reading rank " + std::to_string(c.p - 1) + "'s chunk failed") !=
+            check(what.find("reading rank " + std::to_string(c.p - 1) + "'s data failed") !=
                       std::string::npos,
                   "the unreadable chunk is named: " + what);
           }
           gather_checked(c, 3, 6);  // the group goes on
+        },
+        SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
+  }
+}
+
+// A broadcast past the inline path: every member but the root copies the root's tensor out of
+// its memory, from every root, every element right; the root reads nothing.
+TEST(PeerReadsOnLoopback, BroadcastCopiesTheRootsTensorIntoEveryOtherMember) {
+  for (int p : {2, 3, 5}) {
+    run_world(
+        p, hosts_for(p, 0),
+        [](RankContext& c) {
+          const auto t = c.group.transport.lock();
+          for (int k = 0; k < 2; ++k)
+            gather_checked(c, 3, k);  // the set-up
+          const int64_t n = 70000;
+          for (int root = 0; root < c.p; ++root) {
+            Tensor b = zeros({n}, DType::Int32);
+            for (int64_t i = 0; i < n; ++i)
+              b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
+            const uint64_t before = t->statistics().bytes_read;
+            broadcast(c.engine, c.group,
+                      {.data = b.data(), .dtype = DType::Int32, .numel = n, .root = root});
+            for (int64_t i = 0; i < n; ++i)
+              check(b.item(i) == value_of(root, i, 2),
+                    "root " + std::to_string(root) + ": element " + std::to_string(i));
+            const uint64_t read = t->statistics().bytes_read - before;
+            check(read == (c.rank == root ? 0 : static_cast<uint64_t>(n) * 4),
+                  "root " + std::to_string(root) + ": " + std::to_string(read) + " bytes read");
+          }
         },
         SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
   }

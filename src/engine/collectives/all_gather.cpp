@@ -13,6 +13,7 @@
 
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/peer_reads.hpp"
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
 #include "engine/symmetric.hpp"
@@ -27,9 +28,8 @@ constexpr size_t kWindowBlockBytes = 16u << 10;
 // What a call leaves to do after its body: the members meet once the peers have stored into
 // our output (symmetric memory) or read our chunk, whichever the call did.
 struct After {
-  bool stored = false;   // symmetric memory: every member stored into every output
-  bool offered = false;  // peers read our chunk out of our memory
-  std::string read_error;
+  bool stored = false;  // symmetric memory: every member stored into every output
+  PeerReads reads;      // peers read our chunk out of our memory
 };
 void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryRegion>& region,
             After& after);
@@ -44,11 +44,10 @@ void all_gather(Engine& e, GroupState& g, const RoundArgs& a) {
   std::shared_ptr<transport::MemoryRegion> region;  // our output, once registered
   After after;
   call.run([&] { gather(call, a, region, after); }, &region);
-  // The peers' stores land in outputs their owners read once they return, and their reads
-  // copy inputs their owners may change once they return: none returns before every member
-  // is done. A failed read travels in the barrier's descriptor, so every member raises it.
+  // The peers' stores land in outputs their owners read once they return: none returns before
+  // every member has stored. Likewise for their reads (peer_reads.hpp).
   if (after.stored) barrier(e, g);
-  if (after.offered) barrier(e, g, {.local_error = after.read_error});
+  after.reads.finish(e, g);
 }
 
 namespace {
@@ -235,49 +234,25 @@ void gather_inline(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_sl
   }
 }
 
-// Past the inline path, where every member can copy out of every other's memory (one host,
-// Mailbox::peer_reads): each member offers where its chunk lies (its input, or its slot of an
-// in-place output) and copies its peers' chunks straight into its output, one kernel copy each.
-// Nothing is exposed and no data message moves: UCX's rendezvous makes the same copy only after
-// an RTS, and answers with an ATS (docs/performance.md, the middle sizes' floor). An input whose
-// dtype the output converts takes the writes, so that the output stays untouched until the
-// descriptors agree. Only a call without a local error takes it (as the inline path), and every
-// rank decides alike; a peer that did not offer is refused by check_descriptors.
-// Once the descriptors agree, every member meets in all_gather()'s barrier, even after a failed
-// read. A peer that leaves early (a timeout) never meets us there, so a read of memory it no
-// longer holds raises rather than passing as a result.
+// Past the inline path, where every member can copy out of every other's memory
+// (peer_reads.hpp): each member offers where its chunk lies (its input, or its slot of an
+// in-place output) and copies its peers' chunks straight into its output. An input whose dtype
+// the output converts takes the writes, so that the output stays untouched until the
+// descriptors agree. Only a call without a local error takes it (as the inline path), and
+// every rank decides alike; a peer that did not offer is refused by check_descriptors.
 void gather_by_reads(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_slot,
                      After& after) {
-  GroupState& g = call.group();
-  transport::Transport& t = call.transport();
-  const int p = g.size();
+  const int p = call.group().size();
+  const int rank = call.group().rank;
   uint8_t* const out = static_cast<uint8_t*>(a.out);
   CallDescriptor mine = make_descriptor(call, a);
   mine.source_addr = reinterpret_cast<uint64_t>(a.in);
   const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
   check_descriptors(call, all);
-  after.offered = true;
-  for (int i = 1; i < p && after.read_error.empty(); ++i) {
-    const int r = (g.rank + i) % p;  // members start at different peers
-    auto whose = [&] { return "rank " + std::to_string(call.global(r)) + "'s chunk"; };
-    call.guarded([&] {
-      try {
-        if (!t.read_peer(call.global(r), all[r].source_addr, out + static_cast<size_t>(r) * chunk,
-                         chunk)) {
-          after.read_error = "cannot read " + whose() +
-                             ": the kernel refused a read it allowed "
-                             "when the group was made";
-        }
-      } catch (const PeerFailure&) {
-        throw;  // the group breaks: that peer meets nobody
-      } catch (const TransportError& e) {
-        after.read_error = "reading " + whose() + " failed: " + e.what();
-      }
-    });
-  }
-  if (!after.read_error.empty()) {
-    after.read_error = call.where() + ": " + after.read_error;
-    return;
+  after.reads.offered();
+  for (int i = 1; i < p; ++i) {
+    const int r = (rank + i) % p;  // members start at different peers
+    if (!after.reads.read(call, r, all[r], 0, out + static_cast<size_t>(r) * chunk, chunk)) return;
   }
   if (own_slot != a.in) std::memcpy(own_slot, a.in, chunk);
 }

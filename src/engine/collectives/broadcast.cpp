@@ -1,10 +1,11 @@
 // broadcast by one-sided writes: inline in the root's call descriptor up to the eager limit
 // (one round; through the mailbox on one host), a binomial tree of whole-tensor writes up
-// to kTreeMaxBytes (kTreeMaxBytesOneHost on one host; always on 2 ranks), and beyond that a scatter
-// of p pieces from the root followed by an in-place all-gather of the pieces, so the root sends the
-// tensor about once instead of log p times. A tensor in symmetric memory on every member is copied
-// by each member straight out of the root's part, all at once. On 2 ranks the scatter's two rounds
-// lose to one write, so the tree's single write stays (measured:
+// to kTreeMaxBytes (kTreeMaxBytesOneHost on one host; always on 2 ranks; on one host where the
+// members read each other's memory, every member copies the root's at once), and beyond that a
+// scatter of p pieces from the root followed by an in-place all-gather of the pieces, so the root
+// sends the tensor about once instead of log p times. A tensor in symmetric memory on every member
+// is copied by each member straight out of the root's part, all at once. On 2 ranks the scatter's
+// two rounds lose to one write, so the tree's single write stays (measured:
 // docs/performance.md#the-measurements-behind-the-codes-thresholds).
 
 #include "engine/collectives/broadcast.hpp"
@@ -13,6 +14,7 @@
 
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/peer_reads.hpp"
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
 #include "engine/engine.hpp"
@@ -33,7 +35,7 @@ constexpr size_t kTreeMaxBytesOneHost = 2u << 20;
 // on another path than ours is named on every rank, before anything is written.
 void check_same_path(const Call& call, const std::vector<CallDescriptor>& all, bool inline_path) {
   for (size_t r = 0; r < all.size(); ++r) {
-    if ((all[r].out_bytes == 0) != inline_path) {
+    if ((all[r].out_bytes == 0 && all[r].source_addr == 0) != inline_path) {
       reject(call, "ranks disagree on the eager path: rank " +
                        std::to_string(call.global(static_cast<int>(r))) + " chose " +
                        (inline_path ? "the data path" : "the inline path") +
@@ -77,6 +79,25 @@ void broadcast_tree(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const
         steps.run(all, sources);
       },
       &region);
+}
+
+// Where the members read each other's memory (peer_reads.hpp): every member offers its tensor
+// and every member but the root copies the root's straight into its own, all at once, where
+// the tree takes log p rounds of writes.
+void broadcast_by_reads(Engine& e, GroupState& g, uint8_t* data, size_t bytes, const RoundArgs& a,
+                        int root) {
+  Call call(e.transport(), g, "broadcast", e.spin());
+  PeerReads reads;
+  call.run([&] {
+    CallDescriptor mine = make_descriptor(call, a);
+    mine.source_addr = reinterpret_cast<uint64_t>(data);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+    check_descriptors(call, all);
+    check_same_path(call, all, false);
+    reads.offered();
+    if (g.rank != root) reads.read(call, root, all[root], 0, data, bytes);
+  });
+  reads.finish(e, g);
 }
 
 // The root writes piece j (m elements) into rank j's tensor at its final offset, and the tail
@@ -171,6 +192,10 @@ void broadcast(Engine& e, GroupState& g, const BroadcastArgs& args) {
     // Two ranks: the tree is one write of the whole tensor, which no scatter beats.
     const size_t tree_max = g.hosts > 1 ? kTreeMaxBytes : kTreeMaxBytesOneHost;
     if (p > 2 && bytes > tree_max && numel >= p) return broadcast_scatter(e, g, bytes_at, a, root);
+    // Every rank decides alike: a rank with a local error takes the tree, and every rank raises
+    // it once the descriptors are in.
+    if (local_error.empty() && g.mailbox.peer_reads())
+      return broadcast_by_reads(e, g, bytes_at, bytes, a, root);
     return broadcast_tree(e, g, bytes_at, bytes, a, root);
   }
   Call call(e.transport(), g, "broadcast", e.spin());
