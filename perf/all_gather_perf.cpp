@@ -470,7 +470,7 @@ int64_t sweep_one_column(const Options& o, int rank, int world, Progress& progre
     json += rec;
     if (rank == 0) {
       progress.clear();
-      std::printf("%12zu %12lld %8s %6s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f\n",
+      std::printf("%12zu %12lld %8s %6s %10.3f %9.3f %9.3f %8lld %10.3f %10.3f\n",
                   static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
                   redop, res.mean_us, algbw, busbw, static_cast<long long>(res.wrong), res.p50_us,
                   res.p99_us);
@@ -564,7 +564,7 @@ int run_sweep(const Options& o) {
     if (rank == 0) {
       progress.clear();
       std::printf(
-          "%12zu %12lld %8s %10.2f %9.3f %9.3f %8lld %10.2f %10.2f %10.2f %9.3f %9.3f %8lld\n",
+          "%12zu %12lld %8s %10.3f %9.3f %9.3f %8lld %10.3f %10.3f %10.3f %9.3f %9.3f %8lld\n",
           static_cast<size_t>(size_b), static_cast<long long>(count), short_name(o.dtype),
           op.mean_us, algbw(op.mean_us), algbw(op.mean_us) * bus, static_cast<long long>(op.wrong),
           op.p50_us, op.p99_us, ip.mean_us, algbw(ip.mean_us), algbw(ip.mean_us) * bus,
