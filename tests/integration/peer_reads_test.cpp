@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -13,7 +14,9 @@
 #include <thread>
 
 #include "engine/collectives/all_gather.hpp"
+#include "engine/collectives/all_reduce.hpp"
 #include "engine/collectives/broadcast.hpp"
+#include "engine/collectives/reduce_scatter.hpp"
 #include "engine/collectives/registry.hpp"
 #include "rdmacoll/errors.hpp"
 #include "rdmacoll/tensor.hpp"
@@ -165,6 +168,54 @@ TEST(PeerReadsOnLoopback, BroadcastCopiesTheRootsTensorIntoEveryOtherMember) {
             const uint64_t read = t->statistics().bytes_read - before;
             check(read == (c.rank == root ? 0 : static_cast<uint64_t>(n) * 4),
                   "root " + std::to_string(root) + ": " + std::to_string(read) + " bytes read");
+          }
+        },
+        SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
+  }
+}
+
+// reduce_scatter_tensor and all_reduce past the inline path: each member copies its piece of
+// every peer's input out of the peer's memory (and all_reduce then gathers the reduced pieces
+// the same way): every element right, in sizes that leave a tail for all_reduce's inline
+// round, and p - 1 pieces read per reduce-scatter.
+TEST(PeerReadsOnLoopback, ReductionsReadTheirPiecesOutOfEveryPeer) {
+  for (int p : {2, 3, 5}) {
+    run_world(
+        p, hosts_for(p, 0),
+        [](RankContext& c) {
+          const auto t = c.group.transport.lock();
+          for (int k = 0; k < 2; ++k)
+            gather_checked(c, 3, k);  // the set-up
+          const int64_t n = 70001;
+          Tensor in = zeros({c.p * n}, DType::Float64), out = zeros({n}, DType::Float64);
+          for (int64_t i = 0; i < c.p * n; ++i)
+            in.set(i, value_of(c.rank, i, 1));
+          const uint64_t before = t->statistics().bytes_read;
+          reduce_scatter(c.engine, c.group,
+                         {.out = out.data(),
+                          .in = in.data(),
+                          .dtype = DType::Float64,
+                          .n = n,
+                          .op = ReduceOp::Max});
+          for (int64_t i = 0; i < n; ++i) {
+            double want = -1;
+            for (int r = 0; r < c.p; ++r)
+              want = std::max(want, value_of(r, c.rank * n + i, 1));
+            check(out.item(i) == want, "reduce_scatter element " + std::to_string(i));
+          }
+          const uint64_t read = t->statistics().bytes_read - before;
+          check(read == static_cast<uint64_t>(c.p - 1) * n * 8,
+                "reduce_scatter: " + std::to_string(read) + " bytes read");
+          Tensor d = zeros({n}, DType::Float64);
+          for (int64_t i = 0; i < n; ++i)
+            d.set(i, value_of(c.rank, i, 0));
+          all_reduce(c.engine, c.group,
+                     {.data = d.data(), .dtype = DType::Float64, .numel = n, .op = ReduceOp::Sum});
+          for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int r = 0; r < c.p; ++r)
+              want += value_of(r, i, 0);
+            check(d.item(i) == want, "all_reduce element " + std::to_string(i));
           }
         },
         SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });

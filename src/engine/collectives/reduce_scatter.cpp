@@ -8,6 +8,7 @@
 
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
+#include "engine/collectives/peer_reads.hpp"
 #include "engine/collectives/reduce_scratch.hpp"
 #include "engine/control/agreement.hpp"
 #include "engine/control/control_plane.hpp"
@@ -165,6 +166,40 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
   });
 }
 
+// Where the members read each other's memory (peer_reads.hpp): rank j copies piece j of every
+// peer's input straight into its scratch, at the peer's slot, and folds the p copies in rank
+// order (the direct round's rule, so the bits match). Nothing is exposed or written.
+void reduce_scatter_by_reads(Engine& e, GroupState& g, const ReduceScatterRound& a) {
+  const char* name = a.collective.name;
+  check_usable(g, name);
+  Call call(e.transport(), g, name, e.spin());
+  PeerReads reads;
+  call.run([&] {
+    const int p = g.size();
+    const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
+    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+    if (scratch.size() < p * piece) scratch.resize(p * piece);
+    uint8_t* const slots = scratch.data();
+    CallDescriptor mine = make_round_descriptor(call, a);
+    mine.source_addr = reinterpret_cast<uint64_t>(a.in);
+    const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
+    check_descriptors(call, all);
+    if (piece == 0) return;
+    reads.offered();
+    const size_t offset = static_cast<size_t>(g.rank) * a.stride;
+    for (int i = 1; i < p; ++i) {
+      const int r = (g.rank + i) % p;  // members start at different peers
+      if (!reads.read(call, r, all[r], offset, slots + r * piece, piece)) return;
+    }
+    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
+    chunks.resize(p);
+    for (int r = 0; r < p; ++r)
+      chunks[r] = r == g.rank ? a.in + offset : slots + r * piece;
+    reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+  });
+  reads.finish(e, g);
+}
+
 // reduce_scatter_tensor whose input is in symmetric memory on every member
 // (engine/symmetric.hpp): member r folds piece r straight out of every member's input, in rank
 // order (the ordinary path's fold rule, so the bits match it), into its output. Nothing crosses
@@ -250,6 +285,10 @@ void reduce_scatter_round(Engine& e, GroupState& g, const ReduceScatterRound& a)
       (forced ? *forced == schedule::Algorithm::Ring : g.hosts > 1)) {
     return reduce_scatter_ring(e, g, a);
   }
+  // Every rank decides alike: a rank with a local error takes the direct round, and every rank
+  // raises it once the descriptors are in.
+  if (g.is_member() && g.size() > 1 && a.local_error.empty() && g.mailbox.peer_reads())
+    return reduce_scatter_by_reads(e, g, a);
   reduce_scatter_direct(e, g, a);
 }
 
