@@ -1,14 +1,15 @@
 // all_gather_into_tensor: one round with the chunks inline in the descriptors up to the eager
 // limit; beyond it, the selected schedule (selection.cpp) run by one-sided writes of chunk ranges
-// at their final offsets, each step forwarding what the earlier steps brought. An output in
-// symmetric memory (rdmacoll::empty, engine/symmetric.hpp) on every member takes neither: each
-// member stores its chunk straight into every member's output, then all meet in a barrier.
+// at their final offsets, each step forwarding what the earlier steps brought, or, on one host
+// where the members may read each other's memory, each member copying its peers' chunks out of
+// their memory (peer_reads.hpp). An output in symmetric memory (rdmacoll::empty,
+// engine/symmetric.hpp) on every member takes none of these: each member stores its chunk
+// straight into every member's output, then all meet in a barrier.
 
 #include "engine/collectives/all_gather.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "engine/call.hpp"
