@@ -25,48 +25,50 @@
 namespace rdmacoll::engine {
 namespace {
 
+// body(c) on 2, 3 and 5 ranks of one host whose fabric lets them read each other's memory.
+template <typename Body>
+void run_reading_worlds(Body body) {
+  for (int p : {2, 3, 5})
+    run_world(p, hosts_for(p, 0), body, SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
+}
+
 // Where every member can read every other's memory (the fabric allows it, as the kernel's CMA
 // does on one host), chunks past the inline path are copied out of the peers' memory: every
 // element right, flat and in place, p - 1 chunks read per call and nothing written. An input the
 // output converts (odd calls) still takes the writes.
 TEST(PeerReadsOnLoopback, PeersCopyEachOthersChunksOutOfTheirMemoryWhereTheyCanReadIt) {
-  for (int p : {2, 3, 5}) {
-    run_world(
-        p, hosts_for(p, 0),
-        [](RankContext& c) {
-          const auto t = c.group.transport.lock();
-          const int64_t n = 70000;     // 280 KB: past the 64 KiB eager limit
-          for (int k = 0; k < 3; ++k)  // the mailbox and its reads take over from the third call
-            gather_checked(c, n, k);
-          for (int call = 3; call < 7; ++call) {
-            const auto before = t->statistics();
-            gather_checked(c, n, call);
-            const auto after = t->statistics();
-            const bool converts = call % 2 == 1;
-            const uint64_t read = after.bytes_read - before.bytes_read;
-            const uint64_t chunks = static_cast<uint64_t>(c.p - 1) * n * 4;
-            check(read == (converts ? 0 : chunks),
-                  "call " + std::to_string(call) + ": " + std::to_string(read) + " bytes read");
-          }
-          // In place: the input is the rank's own slot of the output.
-          Tensor out = zeros({c.p * n}, DType::Float32);
-          for (int64_t i = 0; i < n; ++i)
-            out.set(c.rank * n + i, value_of(c.rank, i, 9));
-          RoundArgs a;
-          a.collective = &collectives::kAllGather;
-          a.out = out.data();
-          a.out_dtype = a.in_dtype = DType::Float32;
-          a.out_numel = out.numel();
-          a.in = static_cast<float*>(out.data()) + c.rank * n;
-          a.in_numel = n;
-          all_gather(c.engine, c.group, a);
-          for (int r = 0; r < c.p; ++r)
-            for (int64_t i = 0; i < n; ++i)
-              check(out.item(r * n + i) == value_of(r, i, 9),
-                    "in place: chunk " + std::to_string(r) + " element " + std::to_string(i));
-        },
-        SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
-  }
+  run_reading_worlds([](RankContext& c) {
+    const auto t = c.group.transport.lock();
+    const int64_t n = 70000;     // 280 KB: past the 64 KiB eager limit
+    for (int k = 0; k < 3; ++k)  // the mailbox and its reads take over from the third call
+      gather_checked(c, n, k);
+    for (int call = 3; call < 7; ++call) {
+      const auto before = t->statistics();
+      gather_checked(c, n, call);
+      const auto after = t->statistics();
+      const bool converts = call % 2 == 1;
+      const uint64_t read = after.bytes_read - before.bytes_read;
+      const uint64_t chunks = static_cast<uint64_t>(c.p - 1) * n * 4;
+      check(read == (converts ? 0 : chunks),
+            "call " + std::to_string(call) + ": " + std::to_string(read) + " bytes read");
+    }
+    // In place: the input is the rank's own slot of the output.
+    Tensor out = zeros({c.p * n}, DType::Float32);
+    for (int64_t i = 0; i < n; ++i)
+      out.set(c.rank * n + i, value_of(c.rank, i, 9));
+    RoundArgs a;
+    a.collective = &collectives::kAllGather;
+    a.out = out.data();
+    a.out_dtype = a.in_dtype = DType::Float32;
+    a.out_numel = out.numel();
+    a.in = static_cast<float*>(out.data()) + c.rank * n;
+    a.in_numel = n;
+    all_gather(c.engine, c.group, a);
+    for (int r = 0; r < c.p; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        check(out.item(r * n + i) == value_of(r, i, 9),
+              "in place: chunk " + std::to_string(r) + " element " + std::to_string(i));
+  });
 }
 
 // A rank must not return while a peer may still be reading its chunk: the user may change the
@@ -147,31 +149,26 @@ TEST(PeerReadsOnLoopback, AChunkThatCannotBeReadRaisesOnEveryRankAndTheGroupGoes
 // A broadcast past the inline path: every member but the root copies the root's tensor out of
 // its memory, from every root, every element right; the root reads nothing.
 TEST(PeerReadsOnLoopback, BroadcastCopiesTheRootsTensorIntoEveryOtherMember) {
-  for (int p : {2, 3, 5}) {
-    run_world(
-        p, hosts_for(p, 0),
-        [](RankContext& c) {
-          const auto t = c.group.transport.lock();
-          for (int k = 0; k < 2; ++k)
-            gather_checked(c, 3, k);  // the set-up
-          const int64_t n = 70000;
-          for (int root = 0; root < c.p; ++root) {
-            Tensor b = zeros({n}, DType::Int32);
-            for (int64_t i = 0; i < n; ++i)
-              b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
-            const uint64_t before = t->statistics().bytes_read;
-            broadcast(c.engine, c.group,
-                      {.data = b.data(), .dtype = DType::Int32, .numel = n, .root = root});
-            for (int64_t i = 0; i < n; ++i)
-              check(b.item(i) == value_of(root, i, 2),
-                    "root " + std::to_string(root) + ": element " + std::to_string(i));
-            const uint64_t read = t->statistics().bytes_read - before;
-            check(read == (c.rank == root ? 0 : static_cast<uint64_t>(n) * 4),
-                  "root " + std::to_string(root) + ": " + std::to_string(read) + " bytes read");
-          }
-        },
-        SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
-  }
+  run_reading_worlds([](RankContext& c) {
+    const auto t = c.group.transport.lock();
+    for (int k = 0; k < 2; ++k)
+      gather_checked(c, 3, k);  // the set-up
+    const int64_t n = 70000;
+    for (int root = 0; root < c.p; ++root) {
+      Tensor b = zeros({n}, DType::Int32);
+      for (int64_t i = 0; i < n; ++i)
+        b.set(i, c.rank == root ? value_of(root, i, 2) : -1);
+      const uint64_t before = t->statistics().bytes_read;
+      broadcast(c.engine, c.group,
+                {.data = b.data(), .dtype = DType::Int32, .numel = n, .root = root});
+      for (int64_t i = 0; i < n; ++i)
+        check(b.item(i) == value_of(root, i, 2),
+              "root " + std::to_string(root) + ": element " + std::to_string(i));
+      const uint64_t read = t->statistics().bytes_read - before;
+      check(read == (c.rank == root ? 0 : static_cast<uint64_t>(n) * 4),
+            "root " + std::to_string(root) + ": " + std::to_string(read) + " bytes read");
+    }
+  });
 }
 
 // reduce_scatter_tensor and all_reduce past the inline path: each member copies its piece of
@@ -179,47 +176,39 @@ TEST(PeerReadsOnLoopback, BroadcastCopiesTheRootsTensorIntoEveryOtherMember) {
 // the same way): every element right, in sizes that leave a tail for all_reduce's inline
 // round, and p - 1 pieces read per reduce-scatter.
 TEST(PeerReadsOnLoopback, ReductionsReadTheirPiecesOutOfEveryPeer) {
-  for (int p : {2, 3, 5}) {
-    run_world(
-        p, hosts_for(p, 0),
-        [](RankContext& c) {
-          const auto t = c.group.transport.lock();
-          for (int k = 0; k < 2; ++k)
-            gather_checked(c, 3, k);  // the set-up
-          const int64_t n = 70001;
-          Tensor in = zeros({c.p * n}, DType::Float64), out = zeros({n}, DType::Float64);
-          for (int64_t i = 0; i < c.p * n; ++i)
-            in.set(i, value_of(c.rank, i, 1));
-          const uint64_t before = t->statistics().bytes_read;
-          reduce_scatter(c.engine, c.group,
-                         {.out = out.data(),
-                          .in = in.data(),
-                          .dtype = DType::Float64,
-                          .n = n,
-                          .op = ReduceOp::Max});
-          for (int64_t i = 0; i < n; ++i) {
-            double want = -1;
-            for (int r = 0; r < c.p; ++r)
-              want = std::max(want, value_of(r, c.rank * n + i, 1));
-            check(out.item(i) == want, "reduce_scatter element " + std::to_string(i));
-          }
-          const uint64_t read = t->statistics().bytes_read - before;
-          check(read == static_cast<uint64_t>(c.p - 1) * n * 8,
-                "reduce_scatter: " + std::to_string(read) + " bytes read");
-          Tensor d = zeros({n}, DType::Float64);
-          for (int64_t i = 0; i < n; ++i)
-            d.set(i, value_of(c.rank, i, 0));
-          all_reduce(c.engine, c.group,
-                     {.data = d.data(), .dtype = DType::Float64, .numel = n, .op = ReduceOp::Sum});
-          for (int64_t i = 0; i < n; ++i) {
-            double want = 0;
-            for (int r = 0; r < c.p; ++r)
-              want += value_of(r, i, 0);
-            check(d.item(i) == want, "all_reduce element " + std::to_string(i));
-          }
-        },
-        SIZE_MAX, {}, [](Fabric& f) { f.allow_reads(true); });
-  }
+  run_reading_worlds([](RankContext& c) {
+    const auto t = c.group.transport.lock();
+    for (int k = 0; k < 2; ++k)
+      gather_checked(c, 3, k);  // the set-up
+    const int64_t n = 70001;
+    Tensor in = zeros({c.p * n}, DType::Float64), out = zeros({n}, DType::Float64);
+    for (int64_t i = 0; i < c.p * n; ++i)
+      in.set(i, value_of(c.rank, i, 1));
+    const uint64_t before = t->statistics().bytes_read;
+    reduce_scatter(
+        c.engine, c.group,
+        {.out = out.data(), .in = in.data(), .dtype = DType::Float64, .n = n, .op = ReduceOp::Max});
+    for (int64_t i = 0; i < n; ++i) {
+      double want = -1;
+      for (int r = 0; r < c.p; ++r)
+        want = std::max(want, value_of(r, c.rank * n + i, 1));
+      check(out.item(i) == want, "reduce_scatter element " + std::to_string(i));
+    }
+    const uint64_t read = t->statistics().bytes_read - before;
+    check(read == static_cast<uint64_t>(c.p - 1) * n * 8,
+          "reduce_scatter: " + std::to_string(read) + " bytes read");
+    Tensor d = zeros({n}, DType::Float64);
+    for (int64_t i = 0; i < n; ++i)
+      d.set(i, value_of(c.rank, i, 0));
+    all_reduce(c.engine, c.group,
+               {.data = d.data(), .dtype = DType::Float64, .numel = n, .op = ReduceOp::Sum});
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < c.p; ++r)
+        want += value_of(r, i, 0);
+      check(d.item(i) == want, "all_reduce element " + std::to_string(i));
+    }
+  });
 }
 
 }  // namespace

@@ -25,6 +25,24 @@ namespace {
 // Reduce-scatter rounds move pieces of at most this many bytes.
 constexpr size_t kRoundBytes = 4u << 20;
 
+// The p slots of `piece` bytes in the group's scratch that a direct round's copies land in.
+uint8_t* round_slots(GroupState& g, size_t piece) {
+  auto& scratch = g.scratch.get<ReduceScratch>().gathered;
+  if (scratch.size() < g.size() * piece) scratch.resize(g.size() * piece);
+  return scratch.data();
+}
+
+// A direct round's fold: the p copies of our piece in rank order into `out`, peer r's in slot r,
+// our own read in place from the input.
+void fold_round(GroupState& g, const ReduceScatterRound& a, const uint8_t* slots, size_t piece) {
+  const int p = g.size();
+  auto& chunks = g.scratch.get<ReduceScratch>().chunks;
+  chunks.resize(p);
+  for (int r = 0; r < p; ++r)
+    chunks[r] = r == g.rank ? a.in + r * a.stride : slots + r * piece;
+  reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+}
+
 // A reduce-scatter round's descriptor: m elements per piece, p pieces, the whole call's
 // length and the operator, so every disagreement raises on every rank.
 CallDescriptor make_round_descriptor(Call& call, const ReduceScatterRound& a) {
@@ -124,9 +142,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
   call.run([&] {
     const int p = g.size();
     const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
-    if (scratch.size() < p * piece) scratch.resize(p * piece);
-    uint8_t* const slots = scratch.data();
+    uint8_t* const slots = round_slots(g, piece);
     std::shared_ptr<transport::MemoryRegion> region;
     std::shared_ptr<transport::MemoryRegion> source;  // transports that read registered memory only
     const size_t in_span = (p - 1) * a.stride + piece;
@@ -157,12 +173,7 @@ void reduce_scatter_direct(Engine& e, GroupState& g, const ReduceScatterRound& a
     const SourceView input(const_cast<uint8_t*>(a.in), in_span);
     const transport::MemoryRegion* sources[] = {source ? source.get() : &input};
     steps.run(all, sources);
-    // Our own copy stays where it is: the fold reads it in place, in its rank-order position.
-    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
-    chunks.resize(p);
-    for (int r = 0; r < p; ++r)
-      chunks[r] = r == g.rank ? a.in + r * a.stride : slots + r * piece;
-    reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+    fold_round(g, a, slots, piece);
   });
 }
 
@@ -177,9 +188,7 @@ void reduce_scatter_by_reads(Engine& e, GroupState& g, const ReduceScatterRound&
   call.run([&] {
     const int p = g.size();
     const size_t piece = static_cast<size_t>(a.m) * element_size(a.dtype);
-    auto& scratch = g.scratch.get<ReduceScratch>().gathered;
-    if (scratch.size() < p * piece) scratch.resize(p * piece);
-    uint8_t* const slots = scratch.data();
+    uint8_t* const slots = round_slots(g, piece);
     CallDescriptor mine = make_round_descriptor(call, a);
     mine.source_addr = reinterpret_cast<uint64_t>(a.in);
     const std::vector<CallDescriptor>& all = exchange_descriptors(call, mine);
@@ -191,11 +200,7 @@ void reduce_scatter_by_reads(Engine& e, GroupState& g, const ReduceScatterRound&
       const int r = (g.rank + i) % p;  // members start at different peers
       if (!reads.read(call, r, all[r], offset, slots + r * piece, piece)) return;
     }
-    auto& chunks = g.scratch.get<ReduceScratch>().chunks;
-    chunks.resize(p);
-    for (int r = 0; r < p; ++r)
-      chunks[r] = r == g.rank ? a.in + offset : slots + r * piece;
-    reduce_chunks(a.out, chunks.data(), a.dtype, a.op, p, static_cast<size_t>(a.m));
+    fold_round(g, a, slots, piece);
   });
   reads.finish(e, g);
 }

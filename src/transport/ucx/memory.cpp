@@ -83,9 +83,13 @@ void UcxTransport::free_mappable(const std::shared_ptr<MemoryRegion>& region) {
 // does the same copy after an RTS, and answers with an ATS; the engine's own descriptor round
 // replaces both). The kernel allows it where ptrace would be allowed (Yama's ptrace_scope,
 // containers): EPERM means never, and the engine asks once per group before relying on it.
+// The process whose memory read_peer() copies from, or 0 where it reads nothing.
+pid_t UcxTransport::readable_pid(int peer) const {
+  return shm_ && peer_reads_ ? liveness_.pid_of(peer) : 0;
+}
+
 bool UcxTransport::read_peer(int peer, uint64_t address, void* dst, size_t length) {
-  if (!shm_ || !peer_reads_) return false;
-  const pid_t pid = liveness_.pid_of(peer);
+  const pid_t pid = readable_pid(peer);
   if (pid <= 0) return false;
   auto* to = static_cast<uint8_t*>(dst);
   while (length > 0) {
@@ -114,8 +118,7 @@ bool UcxTransport::read_peer(int peer, uint64_t address, void* dst, size_t lengt
 }
 
 bool UcxTransport::can_read_peer(int peer, uint64_t address) {
-  if (!shm_ || !peer_reads_) return false;
-  const pid_t pid = liveness_.pid_of(peer);
+  const pid_t pid = readable_pid(peer);
   if (pid <= 0) return false;
   uint8_t byte = 0;
   iovec local{&byte, 1};

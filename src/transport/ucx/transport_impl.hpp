@@ -217,6 +217,8 @@ class UcxTransport final : public Transport {
   void flushed(UcxRequest* req, ucs_status_t status);
 
  private:
+  pid_t readable_pid(int peer) const;  // read_peer()'s process, or 0
+
   // Both sides of a write evaluate this alike, so writer and receiver agree on the protocol.
   bool use_put(int peer, size_t length) const;
 
