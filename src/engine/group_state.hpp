@@ -70,6 +70,7 @@ class GroupState {
   std::vector<int> ring_order;  // ring order: each host's ranks contiguous
   int hosts = 1;                // hosts the group spans
   std::vector<int> host_of;     // group rank -> host index (0..hosts-1)
+  size_t cache_bytes = 0;       // this member's last-level cache (topology), 0 unknown
   std::map<schedule::Algorithm, bool> two_level_wins;  // per flat pick: two-level sends less
   GroupTimeout timeout;
   engine::Tuning tuning;                // its world's, read when the world was made

@@ -1,4 +1,5 @@
-// The one place that reads hwloc: this rank's host, NUMA node, package and nearest RDMA NIC.
+// The one place that reads hwloc: this rank's host, NUMA node, package, last-level cache and
+// nearest RDMA NIC.
 
 #include <hwloc.h>
 #include <unistd.h>
@@ -51,6 +52,22 @@ std::string host_identity() {
 // The OS devices of `type` whose locality (its non-I/O ancestor) covers the most of the binding,
 // on equal cover the tightest locality (a package's device over a machine-wide one); in name
 // order ("mlx5_2" before "mlx5_10"). Empty when there is none.
+// The largest data (or unified) cache holding any of the binding's CPUs: the last level, where
+// the lines a call stores wait before memory. A rank bound across packages sees one package's.
+size_t last_level_cache(hwloc_topology_t t, hwloc_const_cpuset_t binding) {
+  size_t largest = 0;
+  for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE,
+                                HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE}) {
+    for (hwloc_obj_t o = hwloc_get_next_obj_by_type(t, type, nullptr); o;
+         o = hwloc_get_next_obj_by_type(t, type, o)) {
+      if (o->attr && hwloc_bitmap_intersects(o->cpuset, binding)) {
+        largest = std::max<size_t>(largest, o->attr->cache.size);
+      }
+    }
+  }
+  return largest;
+}
+
 std::vector<std::string> nearest_osdevs(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
                                         hwloc_const_cpuset_t binding) {
   std::vector<std::string> best;
@@ -120,6 +137,7 @@ LocalPlacement probe(const ProbeOptions& options) {
   }
   p.numa_node = enclosing_index(topo.t, HWLOC_OBJ_NUMANODE, binding.b);
   p.package = enclosing_index(topo.t, HWLOC_OBJ_PACKAGE, binding.b);
+  p.cache_bytes = last_level_cache(topo.t, binding.b);
 
   const int local = options.local_rank >= 0 ? options.local_rank : launcher_local_rank();
   auto pick = [&](const std::vector<std::string>& tied) {

@@ -11,7 +11,7 @@ namespace rdmacoll::topology {
 
 std::string LocalPlacement::serialize() const {
   std::ostringstream os;
-  os << numa_node << ' ' << package << ' ' << (nic.empty() ? "-" : nic) << ' '
+  os << numa_node << ' ' << package << ' ' << cache_bytes << ' ' << (nic.empty() ? "-" : nic) << ' '
      << (netdev.empty() ? "-" : netdev) << ' ' << (machine.empty() ? "-" : machine) << ' ' << host;
   return os.str();
 }
@@ -19,7 +19,7 @@ std::string LocalPlacement::serialize() const {
 LocalPlacement LocalPlacement::parse(const std::string& text) {
   LocalPlacement p;
   std::istringstream is(text);
-  is >> p.numa_node >> p.package >> p.nic >> p.netdev >> p.machine;
+  is >> p.numa_node >> p.package >> p.cache_bytes >> p.nic >> p.netdev >> p.machine;
   if (p.machine == "-") p.machine.clear();
   if (p.nic == "-") p.nic.clear();
   if (p.netdev == "-") p.netdev.clear();

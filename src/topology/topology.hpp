@@ -3,6 +3,7 @@
 // and the virtual rank orders the schedules use. probe() is the only code that reads hwloc;
 // everything else here is plain data and pure functions.
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@ struct LocalPlacement {
   std::string machine;  // kernel boot id: ranks sharing it share CPUs, whatever `host` says
   int numa_node = -1;   // NUMA node holding the rank's CPU binding; -1 if it spans several
   int package = -1;     // likewise for the package (socket)
+  size_t cache_bytes =
+      0;                // the largest data cache this rank's CPUs share (its last level); 0 unknown
   std::string nic;      // nearest RDMA device ("" when there is none)
   std::string netdev;   // nearest network interface ("" when there is none)
   std::string nic_why;  // how the NIC was chosen, for the info log (not exchanged)

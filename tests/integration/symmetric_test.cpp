@@ -12,6 +12,7 @@
 
 #include "api/debug.hpp"
 #include "gather_check.hpp"
+#include "topology/topology.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -139,6 +140,20 @@ TEST(SymmetricMemory, ChunksPastTheCacheAreStoredBlockByBlockIntoEveryMember) {
     gather_into(out, {}, n, DType::Float32, 0);
     gather_into(out, {}, n, DType::Float32, 1, true);
     gather_into(out, {}, n, DType::Int64, 2);
+  }));
+}
+
+// Where the members' outputs together pass this host's last-level cache, each chunk goes into
+// every output with non-temporal stores (common/stream_copy.hpp): every element right, with a
+// length that is no multiple of a cache line or a block, out of place and in place.
+TEST(SymmetricMemory, ChunksWhoseOutputsPassTheLastLevelCacheAreStreamedIntoEveryMember) {
+  const size_t cache = topology::probe().cache_bytes;
+  if (cache == 0 || cache > (256u << 20)) GTEST_SKIP() << "last-level cache: " << cache << " bytes";
+  expect_all_ok(run_ranks(2, [cache](int, int p) {
+    const int64_t n = static_cast<int64_t>(cache / (p * p) / 4) + 1237;  // float32
+    Tensor out = empty({p * n}, DType::Float32);
+    gather_into(out, {}, n, DType::Float32, 0);
+    gather_into(out, {}, n, DType::Float32, 1, true);
   }));
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/stream_copy.hpp"
 #include "engine/call.hpp"
 #include "engine/collectives/collectives.hpp"
 #include "engine/collectives/peer_reads.hpp"
@@ -173,16 +174,22 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     const size_t n = static_cast<size_t>(a.in_numel);
     const size_t block_elems =
         chunk < kWindowBlockFrom ? n : std::max<size_t>(1, kWindowBlockBytes / es);
+    const bool stream = a.in_dtype == a.out_dtype && stream_window_stores(p, chunk, g.cache_bytes);
     for (size_t first = 0; first < n; first += block_elems) {
       const size_t count = std::min(block_elems, n - first);
       for (int i = 0; i < p; ++i) {
         const int r = (g.rank + i) % p;  // members start at different peers
         if (r == g.rank && own_copied) continue;
-        convert_elements(
-            window->base[r] + window_offset + static_cast<size_t>(g.rank) * chunk + first * es,
-            a.out_dtype, in + first * in_es, a.in_dtype, count);
+        uint8_t* to =
+            window->base[r] + window_offset + static_cast<size_t>(g.rank) * chunk + first * es;
+        if (stream) {
+          stream_copy(to, in + first * in_es, count * es);
+        } else {
+          convert_elements(to, a.out_dtype, in + first * in_es, a.in_dtype, count);
+        }
       }
     }
+    if (stream) stream_fence();  // before `after` tells the members
     after.stored = true;
     return;
   }

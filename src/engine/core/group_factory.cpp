@@ -16,6 +16,8 @@ void apply_topology(GroupState& g, const std::vector<topology::LocalPlacement>& 
   const topology::Layout layout = topology::layout_of(hosts);
   g.hosts = layout.hosts;
   g.host_of = layout.host_of;
+  if (g.rank >= 0 && static_cast<size_t>(g.rank) < members.size())
+    g.cache_bytes = members[static_cast<size_t>(g.rank)].cache_bytes;
   if (g.tuning.flat_topology) {
     g.order.resize(members.size());
     std::iota(g.order.begin(), g.order.end(), 0);

@@ -147,6 +147,7 @@ TEST(Topology, PlacementRoundTrip) {
   p.machine = "b00t-1d";
   p.numa_node = 1;
   p.package = 0;
+  p.cache_bytes = size_t{32} << 20;
   p.nic = "mlx5_1";
   p.netdev = "ib1";
   const auto q = topology::LocalPlacement::parse(p.serialize());
@@ -154,6 +155,7 @@ TEST(Topology, PlacementRoundTrip) {
   EXPECT_EQ(q.machine, "b00t-1d");
   EXPECT_EQ(q.numa_node, 1);
   EXPECT_EQ(q.package, 0);
+  EXPECT_EQ(q.cache_bytes, size_t{32} << 20);
   EXPECT_EQ(q.nic, "mlx5_1");
   EXPECT_EQ(q.netdev, "ib1");
   const auto empty = topology::LocalPlacement::parse(topology::LocalPlacement{}.serialize());
@@ -285,8 +287,11 @@ TEST(NicChoice, NearestNicPerPackageFromHwlocXml) {
   auto both = topology::probe({xml, {2, 3}});
   EXPECT_EQ(both.nic, "mlx5_1");
   auto spanning = topology::probe({xml, {1, 2}});
-  EXPECT_EQ(spanning.numa_node, -1);  // bound across both packages
-  EXPECT_EQ(spanning.nic, "mlx5_0");  // equal cover: the lower name
+  EXPECT_EQ(p0.cache_bytes, size_t{16} << 20);  // each package's L3
+  EXPECT_EQ(p1.cache_bytes, size_t{32} << 20);
+  EXPECT_EQ(spanning.cache_bytes, size_t{32} << 20);  // the larger of the two it touches
+  EXPECT_EQ(spanning.numa_node, -1);                  // bound across both packages
+  EXPECT_EQ(spanning.nic, "mlx5_0");                  // equal cover: the lower name
   setenv("RDMACOLL_IB_DEVICE", "mlx5_1", 1);
   EXPECT_EQ(topology::probe({xml, {0}}).nic, "mlx5_1");
   unsetenv("RDMACOLL_IB_DEVICE");
