@@ -53,14 +53,6 @@ class WindowPool {
   std::deque<std::shared_ptr<Window>> spare_;  // oldest first
 };
 
-// Whether a member stores its chunk into every member's output with non-temporal stores
-// (common/stream_copy.hpp): where the group's outputs, p chunks each, together exceed the
-// member's last-level cache (`cache_bytes`; 0, unknown: never), the lines would go to memory
-// anyway, and a plain store reads each line first (docs/performance.md, the code's thresholds).
-inline bool stream_window_stores(int p, size_t chunk, size_t cache_bytes) {
-  return cache_bytes > 0 && static_cast<size_t>(p) * p * chunk >= cache_bytes;
-}
-
 // Makes `w` findable (every member mapped every part).
 void publish(const std::shared_ptr<Window>& w);
 // The published window of `group` (with `digest`) holding [p, p + bytes), and p's offset in

@@ -13,6 +13,7 @@
 #include "api/debug.hpp"
 #include "gather_check.hpp"
 #include "support/inprocess_world.hpp"
+#include "topology/topology.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -229,6 +230,25 @@ TEST(AllGather, ThousandCallsFreshBuffers) {
   expect_all_ok(run_ranks(4, [](int, int) {
     for (int iter = 0; iter < 1000; ++iter) {
       gather_and_check({}, 1 + iter % 50, DType::Int32, DType::Int32, iter % 2 == 1, iter);
+    }
+  }));
+}
+
+// Where the outputs together pass this host's last-level cache, each member copies its own
+// chunk into its output with non-temporal stores (common/stream_copy.hpp): every element right,
+// with a length that is no multiple of a cache line, in four calls (the reads take over from the
+// group's third: peer_reads.hpp).
+TEST(AllGather, ChunksWhoseOutputsPassTheLastLevelCacheAreCopiedPastTheCache) {
+  const size_t cache = topology::probe().cache_bytes;
+  if (cache == 0 || cache > (256u << 20)) GTEST_SKIP() << "last-level cache: " << cache << " bytes";
+  expect_all_ok(run_ranks(2, [cache](int rank, int world) {
+    const int64_t n = static_cast<int64_t>(cache / (world * world) / 4) + 1237;  // float32
+    Tensor in = zeros({n}, DType::Float32);
+    Tensor out = zeros({world * n}, DType::Float32);
+    for (int iter = 0; iter < 4; ++iter) {
+      testing::fill_input(in, rank, iter);
+      all_gather_into_tensor(out, in);
+      testing::check_gathered(out, world, iter, DType::Float32);
     }
   }));
 }

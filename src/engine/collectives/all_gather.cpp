@@ -24,6 +24,18 @@
 namespace rdmacoll::engine {
 
 namespace {
+
+// Our chunk into our own slot of the output, converted; past the cache (stream_gather_stores)
+// with non-temporal stores.
+void copy_own_chunk(const GroupState& g, uint8_t* own_slot, const RoundArgs& a, size_t chunk) {
+  if (a.in_dtype == a.out_dtype && stream_gather_stores(g.size(), chunk, g.cache_bytes)) {
+    stream_copy(own_slot, a.in, chunk);
+    stream_fence();  // before the caller, or a thread it tells, reads the output
+    return;
+  }
+  convert_elements(own_slot, a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+}
+
 constexpr size_t kWindowMinBytes = 1024;
 constexpr size_t kWindowBlockFrom = 2u << 20;
 constexpr size_t kWindowBlockBytes = 16u << 10;
@@ -91,7 +103,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
   bool own_copied = !a.local_error.empty() || (own_slot == a.in && a.in_dtype == a.out_dtype);
   auto copy_own = [&] {
     if (own_copied) return;
-    convert_elements(own_slot, a.out_dtype, a.in, a.in_dtype, static_cast<size_t>(a.in_numel));
+    copy_own_chunk(g, own_slot, a, chunk);
     own_copied = true;
   };
   if (p == 1) {
@@ -174,7 +186,7 @@ void gather(Call& call, const RoundArgs& a, std::shared_ptr<transport::MemoryReg
     const size_t n = static_cast<size_t>(a.in_numel);
     const size_t block_elems =
         chunk < kWindowBlockFrom ? n : std::max<size_t>(1, kWindowBlockBytes / es);
-    const bool stream = a.in_dtype == a.out_dtype && stream_window_stores(p, chunk, g.cache_bytes);
+    const bool stream = a.in_dtype == a.out_dtype && stream_gather_stores(p, chunk, g.cache_bytes);
     for (size_t first = 0; first < n; first += block_elems) {
       const size_t count = std::min(block_elems, n - first);
       for (int i = 0; i < p; ++i) {
@@ -262,7 +274,7 @@ void gather_by_reads(Call& call, const RoundArgs& a, size_t chunk, uint8_t* own_
     const int r = (rank + i) % p;  // members start at different peers
     if (!after.reads.read(call, r, all[r], 0, out + static_cast<size_t>(r) * chunk, chunk)) return;
   }
-  if (own_slot != a.in) std::memcpy(own_slot, a.in, chunk);
+  if (own_slot != a.in) copy_own_chunk(call.group(), own_slot, a, chunk);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // stream_copy (common/stream_copy.hpp) and the rule that picks it for symmetric memory's stores
-// (engine/symmetric.hpp).
+// (engine/collectives/all_gather.hpp).
 
 #include "common/stream_copy.hpp"
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/symmetric.hpp"
+#include "engine/collectives/all_gather.hpp"
 
 namespace rdmacoll {
 namespace {
@@ -38,15 +38,15 @@ TEST(StreamCopy, CopiesEveryByteAtEveryAlignmentAndLengthAndNothingBeside) {
   }
 }
 
-// A member streams its chunk into the outputs only where the group's outputs (p chunks each)
+// A member streams its copies into outputs only where the group's outputs (p chunks each)
 // together pass its last-level cache; never where the cache is unknown.
-TEST(StreamCopy, WindowStoresStreamWhereTheOutputsPassTheLastLevelCache) {
+TEST(StreamCopy, GatherStoresStreamWhereTheOutputsPassTheLastLevelCache) {
   constexpr size_t kMiB = size_t{1} << 20;
-  EXPECT_FALSE(engine::stream_window_stores(2, 4 * kMiB, 32 * kMiB));  // 16 MiB of outputs
-  EXPECT_TRUE(engine::stream_window_stores(2, 8 * kMiB, 32 * kMiB));
-  EXPECT_FALSE(engine::stream_window_stores(4, 1 * kMiB, 32 * kMiB));
-  EXPECT_TRUE(engine::stream_window_stores(4, 2 * kMiB, 32 * kMiB));
-  EXPECT_FALSE(engine::stream_window_stores(64, 1024 * kMiB, 0));
+  EXPECT_FALSE(engine::stream_gather_stores(2, 4 * kMiB, 32 * kMiB));  // 16 MiB of outputs
+  EXPECT_TRUE(engine::stream_gather_stores(2, 8 * kMiB, 32 * kMiB));
+  EXPECT_FALSE(engine::stream_gather_stores(4, 1 * kMiB, 32 * kMiB));
+  EXPECT_TRUE(engine::stream_gather_stores(4, 2 * kMiB, 32 * kMiB));
+  EXPECT_FALSE(engine::stream_gather_stores(64, 1024 * kMiB, 0));
 }
 
 }  // namespace
