@@ -49,11 +49,8 @@ std::string host_identity() {
   return name;
 }
 
-// The OS devices of `type` whose locality (its non-I/O ancestor) covers the most of the binding,
-// on equal cover the tightest locality (a package's device over a machine-wide one); in name
-// order ("mlx5_2" before "mlx5_10"). Empty when there is none.
 // The largest data (or unified) cache holding any of the binding's CPUs: the last level, where
-// the lines a call stores wait before memory. A rank bound across packages sees one package's.
+// the lines a call stores wait before memory (bound across packages: the largest it touches).
 size_t last_level_cache(hwloc_topology_t t, hwloc_const_cpuset_t binding) {
   size_t largest = 0;
   for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE,
@@ -68,6 +65,9 @@ size_t last_level_cache(hwloc_topology_t t, hwloc_const_cpuset_t binding) {
   return largest;
 }
 
+// The OS devices of `type` whose locality (its non-I/O ancestor) covers the most of the binding,
+// on equal cover the tightest locality (a package's device over a machine-wide one); in name
+// order ("mlx5_2" before "mlx5_10"). Empty when there is none.
 std::vector<std::string> nearest_osdevs(hwloc_topology_t t, hwloc_obj_osdev_type_t type,
                                         hwloc_const_cpuset_t binding) {
   std::vector<std::string> best;

@@ -12,15 +12,14 @@ namespace rdmacoll::topology {
 
 // What one rank learns about itself; exchanged through the rendezvous store.
 struct LocalPlacement {
-  std::string host;     // host identity (RDMACOLL_HOST_ID, else the hostname)
-  std::string machine;  // kernel boot id: ranks sharing it share CPUs, whatever `host` says
-  int numa_node = -1;   // NUMA node holding the rank's CPU binding; -1 if it spans several
-  int package = -1;     // likewise for the package (socket)
-  size_t cache_bytes =
-      0;                // the largest data cache this rank's CPUs share (its last level); 0 unknown
-  std::string nic;      // nearest RDMA device ("" when there is none)
-  std::string netdev;   // nearest network interface ("" when there is none)
-  std::string nic_why;  // how the NIC was chosen, for the info log (not exchanged)
+  std::string host;        // host identity (RDMACOLL_HOST_ID, else the hostname)
+  std::string machine;     // kernel boot id: ranks sharing it share CPUs, whatever `host` says
+  int numa_node = -1;      // NUMA node holding the rank's CPU binding; -1 if it spans several
+  int package = -1;        // likewise for the package (socket)
+  size_t cache_bytes = 0;  // its CPUs' last-level cache (the largest), 0 unknown
+  std::string nic;         // nearest RDMA device ("" when there is none)
+  std::string netdev;      // nearest network interface ("" when there is none)
+  std::string nic_why;     // how the NIC was chosen, for the info log (not exchanged)
 
   std::string serialize() const;
   static LocalPlacement parse(const std::string& text);
