@@ -4,7 +4,8 @@
 #                                     output) over Open MPI: the ratio table with its spread in
 #                                     under 3 minutes; run it before and after a change that
 #                                     could move time.
-#   bash scripts/compare.sh           every system, 2 and 4 ranks, 8 B to 64 MiB (10-20 minutes)
+#   bash scripts/compare.sh           every system, 2 and 4 ranks, 8 B to 64 MiB (16-24 minutes per
+#                                     collective with oneCCL: --oneccl PREFIX)
 # Results land in perf/results/<time>/ (compare.csv, compare.md, busbw.png); with --publish
 # they are also copied to docs/perf/, which is refused when something else was running during
 # the run (perf/compare/method.py). Other arguments go to compare.py, e.g.

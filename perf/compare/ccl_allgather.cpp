@@ -1,15 +1,17 @@
 // oneCCL timing, the peer for rdmacoll in perf/compare as mpi_allgather.c is for MPI: Intel's
 // collective library, what PyTorch users on CPU clusters take through the `ccl` backend. Modes:
-// allgather (default), "allreduce" (float SUM, in place) and "reducescatter" (float SUM; BYTES is
-// the input, p x the output), as mpi_allgather's. Ranks come from RANK and WORLD_SIZE (any
-// launcher that sets them, e.g. rdmacoll-run); rank 0's KVS address reaches the others through
-// a file named by CCL_KVS_FILE (default /tmp/rdmacoll-ccl-kvs-$MASTER_PORT).
+// allgather (default), "allreduce" (float SUM, in place), "reducescatter" (float SUM; BYTES is
+// the input, p x the output) and "broadcast" (BYTES from rank 0), as mpi_allgather's. Ranks come
+// from RANK and WORLD_SIZE (any launcher that sets them, e.g. rdmacoll-run); rank 0's KVS address
+// reaches the others through a file named by CCL_KVS_FILE (default
+// /tmp/rdmacoll-ccl-kvs-$MASTER_PORT).
 //   rdmacoll-run -n N ccl_allgather BYTES_PER_RANK ITERS WARMUP [MODE]
 // Rank 0 prints "RESULT <bytes> <mean us of the slowest rank> <wrong> <world size>".
 // Timing as nccl-tests does: after the warm-up, one barrier, then ITERS calls back to back, each
 // waited for (as torch-ccl's work.wait()); a rank's mean is the elapsed time over ITERS.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,7 +80,8 @@ float own(int r, size_t k) {
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr,
-                 "usage: ccl_allgather BYTES_PER_RANK ITERS WARMUP [allreduce|reducescatter]\n");
+                 "usage: ccl_allgather BYTES_PER_RANK ITERS WARMUP "
+                 "[allreduce|reducescatter|broadcast]\n");
     return 2;
   }
   const size_t bytes = std::strtoull(argv[1], nullptr, 10);
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
   auto comm = ccl::create_communicator(world, rank, kvs);
   const size_t m = std::max<size_t>(1, bytes / sizeof(float));
   std::vector<float> in, out;
+  std::vector<uint8_t> bcast;
   std::function<void()> call;
   if (mode == "allgather") {
     in.resize(m);
@@ -118,6 +122,9 @@ int main(int argc, char** argv) {
                           comm)
           .wait();
     };
+  } else if (mode == "broadcast") {
+    bcast.assign(std::max<size_t>(1, bytes), 1);  // written: untouched pages read as zero pages
+    call = [&] { ccl::broadcast(bcast.data(), bytes, ccl::datatype::uint8, 0, comm).wait(); };
   } else {
     std::fprintf(stderr, "ccl_allgather: unknown mode %s\n", mode.c_str());
     return 2;
@@ -134,6 +141,12 @@ int main(int argc, char** argv) {
     for (int r = 0; r < world; ++r)
       for (size_t k = 0; k < m; ++k)
         wrong += out[r * m + k] != own(r, k);
+  } else if (mode == "broadcast") {
+    for (size_t i = 0; i < bytes; ++i)
+      bcast[i] = rank == 0 ? static_cast<uint8_t>(i * 7) : 0;
+    ccl::broadcast(bcast.data(), bytes, ccl::datatype::uint8, 0, comm).wait();
+    for (size_t i = 0; i < bytes; ++i)
+      wrong += bcast[i] != static_cast<uint8_t>(i * 7);
   } else if (mode == "reducescatter") {
     const size_t piece = out.size();
     for (size_t k = 0; k < piece; ++k) {

@@ -22,14 +22,17 @@ python3-matplotlib installed (scripts/install-deps.sh).
 """
 import argparse
 import csv
+import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from method import Samples, iterations, others_busy, ratio_cell, warmups  # noqa: E402
+from method import (RUN_BUDGET_S, Pace, Samples, iterations, others_busy,  # noqa: E402
+                    ratio_cell, warmups)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -146,7 +149,8 @@ TORCH_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": 
 
 
 # The collectives ccl_allgather.cpp times, and its mode for each.
-ONECCL_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"]}
+ONECCL_MODES = {"all_gather": [], "all_reduce": ["allreduce"], "reduce_scatter": ["reducescatter"],
+                "broadcast": ["broadcast"]}
 
 
 def torch_version(python):
@@ -213,10 +217,17 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
         # call, so they yield, as ours do; shared memory on one host (its ATL_SHM).
         cenv = {"LD_LIBRARY_PATH": lib, "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
                 "CCL_YIELD": "sched_yield", "CCL_PROCESS_LAUNCHER": "none"}
-        out.append(System("oneccl", "shm",
-                          lambda w, s, it, exe=exe: [run, "-n", str(w), exe, str(s), str(it),
-                                                     str(warmups(it))] + ONECCL_MODES[collective],
-                          cenv, label="oneCCL 2022.2 (ofi, ATL shm)"))
+        # Rank 0 hands its KVS address to the others through a file, one per run: a file named
+        # after the launcher's port outlived its run, and a later run on the same port read the
+        # stale address and hung until the timeout.
+        kvs = itertools.count()
+        kvs_dir = os.path.dirname(exe)
+
+        def ccl(w, s, it, exe=exe):
+            path = os.path.join(kvs_dir, f"kvs-{os.getpid()}-{next(kvs)}")
+            return ["env", f"CCL_KVS_FILE={path}", run, "-n", str(w), exe, str(s), str(it),
+                    str(warmups(it))] + ONECCL_MODES[collective]
+        out.append(System("oneccl", "shm", ccl, cenv, label="oneCCL 2022.2 (ofi, ATL shm)"))
     if "mpich" in helpers and only != "torch":
         exe = helpers["mpich"]
         out.append(System("mpich", "shm",
@@ -251,15 +262,20 @@ def systems(build, helpers, collective, torch_python="/usr/bin/python3", only=No
     return out
 
 
-def run_one(system, world, nbytes, timeout, reduce=False):
-    it = iterations(nbytes, world)
+def run_one(system, world, nbytes, timeout, reduce=False, it=None):
+    it = it or iterations(nbytes, world)
     env = dict(os.environ)
     env.update(system.env)
+    # In its own session, so that a timeout kills every rank: killing only the launcher left a
+    # hung oneCCL job's ranks behind, holding memory for the rest of the sweep.
+    proc = subprocess.Popen(system.command(world, nbytes, it), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
-        proc = subprocess.run(system.command(world, nbytes, it), capture_output=True, text=True,
-                              env=env, timeout=timeout)
-        text = proc.stdout + proc.stderr
+        out, err = proc.communicate(timeout=timeout)
+        text = out + err
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return None, "timeout"
     us, wrong = None, None
     for line in text.splitlines():
@@ -342,7 +358,7 @@ def main():
                     help="torch: rdmacoll's C++ binary, the torch rows and memcpy only")
     ap.add_argument("--oneccl", default=os.environ.get("RDMACOLL_ONECCL"),
                     help="a prefix with oneCCL's include/ and lib/ (scripts/oneccl-prefix.sh): "
-                         "adds its row for all_gather, all_reduce and reduce_scatter")
+                         "adds its row for all_gather, all_reduce, reduce_scatter and broadcast")
     ap.add_argument("--collective", choices=tuple(COLLECTIVES), default="all_gather",
                     help="all_gather (default; files compare.*, busbw.png), or all_reduce, "
                          "reduce_scatter, reduce (float32 SUM), broadcast, sendrecv, alltoall, "
@@ -378,8 +394,9 @@ def main():
     extra = [parse_size(x) for x in args.extra.split(",") if x.strip()]
     sizes = sorted(set(sizes + [x for x in extra if x <= parse_size(args.max)]))
     started = time.time()
-    rows = []  # (round, world, size, system, us, busy, note)
+    rows = []  # (round, world, size, system, us, calls, busy, note)
     samples = Samples()
+    pace = Pace()
     failures = []
     for block in range(args.blocks):
         for world in worlds:
@@ -387,9 +404,17 @@ def main():
                 busy = others_busy()  # nothing of ours runs now
                 samples.add_busy(block, world, nbytes, busy)
                 for sysm in contenders:
-                    us, note = run_one(sysm, world, nbytes, args.timeout, single)
+                    it = iterations(nbytes, world, pace.get(sysm.name, world, nbytes))
+                    if pace.unknown(sysm.name, world):
+                        # Its first run: 10 calls, not recorded, only so that this run fits the
+                        # budget too.
+                        pace.add(sysm.name, world, nbytes,
+                                 run_one(sysm, world, nbytes, args.timeout, single, 10)[0])
+                        it = iterations(nbytes, world, pace.get(sysm.name, world, nbytes))
+                    us, note = run_one(sysm, world, nbytes, args.timeout, single, it)
+                    pace.add(sysm.name, world, nbytes, us)
                     samples.add(block, world, nbytes, sysm.name, us)
-                    rows.append((block, world, nbytes, sysm.name, us, busy, note))
+                    rows.append((block, world, nbytes, sysm.name, us, it, busy, note))
                     if note:
                         failures.append(f"{sysm.name} p={world} {human(nbytes)}: {note}")
                     if sys.stderr.isatty():
@@ -402,11 +427,11 @@ def main():
 
     with open(os.path.join(out, stem + ".csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["round", "world", "bytes_per_rank", "system", "time_us", "busbw_GBps",
-                    "others_busy_cores", "note"])
-        for block, world, nbytes, name, us, busy, note in rows:
+        w.writerow(["round", "world", "bytes_per_rank", "system", "time_us", "calls",
+                    "busbw_GBps", "others_busy_cores", "note"])
+        for block, world, nbytes, name, us, it, busy, note in rows:
             bw = busbw(world, nbytes, us, name, args.collective)
-            w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}",
+            w.writerow([block, world, nbytes, name, "" if us is None else f"{us:.3f}", it,
                         "" if bw is None else f"{bw:.4f}", f"{busy:.2f}", note])
 
     names = [c.name for c in contenders]
@@ -429,7 +454,8 @@ def main():
           f"{os.uname().nodename}, {os.cpu_count()} cores)", "",
           f"{quiet} Method: perf/compare/method.py; {args.blocks} rounds, every system run "
           f"size by size in each round, back to back as nccl-tests times (mean us per call of "
-          f"the slowest rank); the sweep took {elapsed:.0f} s.", ""]
+          f"the slowest rank; at most about {RUN_BUDGET_S:.0f} s of calls per run, the count "
+          f"in the csv); the sweep took {elapsed:.0f} s.", ""]
     notes = {
         "all_reduce": "all_reduce: size is the tensor's bytes (float32), reduced in place with "
                       "SUM; busbw = 2 (p-1)/p x size / time, as in nccl-tests.",

@@ -34,14 +34,48 @@ def others_busy(seconds=BUSY_SAMPLE_S):
     return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
 
 
-def iterations(nbytes, world):
+# A run lasts at most about this long. Without it, a system that takes ms per small call on
+# oversubscribed cores (MPICH and gloo at 4 ranks: 4-5 ms per 8 B call) spent 20-30 s on each
+# small size, and the full sweep took over half an hour with three quarters of it in those runs.
+RUN_BUDGET_S = 1.0
+
+
+def iterations(nbytes, world, us_per_call=None):
     """Calls per run: about 256 MiB of output moved, 10 to 5000 calls (a few ms at 8 B, where
-    200 calls would be one scheduler tick and all noise)."""
-    return max(10, min(5000, (256 << 20) // max(1, nbytes * world)))
+    200 calls would be one scheduler tick and all noise); with `us_per_call`, the system's
+    earlier time at this size or a smaller one, no more than fit in RUN_BUDGET_S. Every run still
+    times back-to-back calls after warmups; only the count shrinks, and only for slow runs."""
+    calls = max(10, min(5000, (256 << 20) // max(1, nbytes * world)))
+    if us_per_call:
+        calls = min(calls, max(10, int(RUN_BUDGET_S * 1e6 / us_per_call)))
+    return calls
 
 
 def warmups(iters):
     return max(2, iters // 10)
+
+
+class Pace:
+    """Each system's time per call so far, which sizes its next run (iterations' us_per_call):
+    at the same size from an earlier round, else at the largest smaller size. Times grow with
+    size, so a smaller size's time can only overfill the budget, by the step between sizes."""
+
+    def __init__(self):
+        self.us = {}
+
+    def add(self, name, world, nbytes, us):
+        if us:
+            self.us[(name, world, nbytes)] = us
+
+    def unknown(self, name, world):
+        return not any(k[:2] == (name, world) for k in self.us)
+
+    def get(self, name, world, nbytes):
+        if (name, world, nbytes) in self.us:
+            return self.us[(name, world, nbytes)]
+        smaller = [(n, us) for (s, w, n), us in self.us.items()
+                   if (s, w) == (name, world) and n < nbytes]
+        return max(smaller)[1] if smaller else None
 
 
 class Samples:
