@@ -36,7 +36,7 @@ def others_busy(seconds=BUSY_SAMPLE_S):
 
 # A run lasts at most about this long. Without it, a system that takes ms per small call on
 # oversubscribed cores (MPICH and gloo at 4 ranks: 4-5 ms per 8 B call) spent 20-30 s on each
-# small size, and the full sweep took over half an hour with three quarters of it in those runs.
+# small size, half of a full sweep (docs/performance.md, the method).
 RUN_BUDGET_S = 1.0
 
 
