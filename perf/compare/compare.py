@@ -404,13 +404,12 @@ def main():
                 busy = others_busy()  # nothing of ours runs now
                 samples.add_busy(block, world, nbytes, busy)
                 for sysm in contenders:
-                    it = iterations(nbytes, world, pace.get(sysm.name, world, nbytes))
                     if pace.unknown(sysm.name, world):
                         # Its first run: 10 calls, not recorded, only so that this run fits the
                         # budget too.
                         pace.add(sysm.name, world, nbytes,
                                  run_one(sysm, world, nbytes, args.timeout, single, 10)[0])
-                        it = iterations(nbytes, world, pace.get(sysm.name, world, nbytes))
+                    it = iterations(nbytes, world, pace.get(sysm.name, world, nbytes))
                     us, note = run_one(sysm, world, nbytes, args.timeout, single, it)
                     pace.add(sysm.name, world, nbytes, us)
                     samples.add(block, world, nbytes, sysm.name, us)
