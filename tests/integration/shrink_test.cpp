@@ -24,20 +24,21 @@ using testing::expect_throw_with;
 using testing::run_ranks;
 using namespace std::chrono_literals;
 
-// Rank `victim` dies once every other rank has finished its warm-up on `g` (a rank killed right
-// after a call can take that call's last message with it; the survivors tell it they are done,
-// and it only receives, so nothing of its own is in flight).
+// Rank `victim` (a rank of `g`, whose ranks are the world's) dies once every other rank has
+// finished its warm-up on `g` (a rank killed right after a call can take that call's last
+// message with it; the survivors tell it over `g` that they are done, and it only receives, so
+// nothing of its own is in flight).
 void kill_after_warm_up(const Group& g, int victim, int rank, int world) {
   for (int i = 0; i < 2; ++i)
     testing::gather_and_check(g, 64, DType::Float32, DType::Float32, false, i);
   Tensor done = zeros({1});
   if (rank == victim) {
     for (int r = 0; r < world; ++r) {
-      if (r != victim) recv(done, r);
+      if (r != victim) recv(done, r, g);
     }
     ::raise(SIGKILL);
   }
-  send(done, victim);
+  send(done, victim, g);
 }
 
 // What the survivors run on the shrunk group: gathers small and large, reductions, and (in the
@@ -136,9 +137,7 @@ TEST(Shrink, AStandaloneGroupsSurvivorsCarryOnOnItsWorld) {
             "torch/", std::make_shared<bootstrap::StoreClient>("127.0.0.1", port,
                                                                bootstrap::Clock::now() + 60s));
         Group g = new_standalone_group(store, rank, world);
-        for (int i = 0; i < 2; ++i)
-          testing::gather_and_check(g, 64, DType::Float32, DType::Float32, false, i);
-        if (rank == 1) ::raise(SIGKILL);  // it only ever gathered: nothing of its own in flight
+        kill_after_warm_up(g, 1, rank, world);
         Group s = shrink_group(g, {1});
         destroy_group(g);  // the shrunk group keeps the world it runs on
         RANK_CHECK(s.ranks() == std::vector<int>({0, 2}), "ranks 0 and 2 of the standalone world");
