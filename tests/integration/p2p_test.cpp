@@ -333,13 +333,17 @@ TEST(SendRecvErrors, APeerKilledWithARecvOutstandingRaises) {
   const auto results = run_ranks(
       2,
       [](int rank, int) {
+        // Rank 1 dies once rank 0's recv is posted. It only receives before dying: a rank killed
+        // right after a barrier can take its own barrier message with it, and rank 0 would fail
+        // in the barrier, not in the recv under test.
+        Tensor done = zeros({1});
         if (rank == 1) {
-          barrier();
+          recv(done, 0);
           ::raise(SIGKILL);
         }
         Tensor t = zeros({1 << 20});
         Work w = recv(t, 1, {}, 0, true);
-        barrier();
+        send(done, 1);
         testing::expect_peer_failure_or_timeout([&] { w.wait(); });
         std::_Exit(0);
       },
