@@ -49,8 +49,12 @@ def case_killed():
     t = torch.ones(1000)
     for _ in range(3):
         dist.all_reduce(t)
-    if rank == p - 1:
+    done = torch.zeros(1)
+    if rank == p - 1:  # dies once the others are past the warm-up (it only receives)
+        for r in range(p - 1):
+            dist.recv(done, r)
         os.kill(os.getpid(), signal.SIGKILL)
+    dist.send(done, p - 1)
     start = time.time()
     try:
         for _ in range(1000):
