@@ -16,7 +16,7 @@ packages=(
   slurmctld slurmd slurm-client munge  # a one-node Slurm for the srun --mpi=pmix test
   libtorch-dev pybind11-dev python3-pybind11 python3-dev python3-pytest  # the torch 1.13 backend
   python3-venv ninja-build        # pip's torch 2.x in a venv, and the wheel's build (torch-venv.sh)
-  ansible ansible-lint openssh-server openssh-client git  # ansible/ and its namespace-host test
+  ansible ansible-lint openssh-server openssh-client git ccache  # ansible/, its namespace-host test
   ansible-mitogen kmod dpkg-dev   # the SoftRoCE-VM Ansible test (modprobe in the guests), the .deb
 )
 missing=()
