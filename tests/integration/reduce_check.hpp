@@ -14,10 +14,12 @@
 namespace rdmacoll::testing::reduction {
 
 // Small positive values, so that products of up to 4 ranks stay exact in every dtype
-// (int8: at most 4^4 = 256 would not; values are 1..3, so 3^4 = 81).
+// (int8: at most 4^4 = 256 would not; values are 1..3, so 3^4 = 81). They vary along the
+// input with no short period, so a piece folded from the wrong place shows (i * 3 made every
+// element of a rank's input alike, and a piece mixed up in a 2-rank reduce_scatter passed).
 inline double value(int rank, int64_t i, int iter, DType dt) {
   if (dt == DType::Bool) return (rank + i + iter) % 2;
-  return static_cast<double>((rank * 7 + i * 3 + iter) % 3 + 1);
+  return static_cast<double>((rank * 7 + i * 5 + i / 7 + iter) % 3 + 1);
 }
 
 inline double expected(int world, int64_t i, int iter, DType dt, ReduceOp op) {
