@@ -60,6 +60,16 @@ void wake_sleepers(Call& call, uint64_t flag) {
   }
 }
 
+// Inline data in pieces (CallDescriptor::inline_piece) is one piece per member.
+void check_pieces(const Call& call, const CallDescriptor& mine) {
+  const size_t p = static_cast<size_t>(call.group().size());
+  if (mine.inline_data.size() != p * mine.inline_piece) {
+    throw TransportError(call.where() + ": inline data of " +
+                         std::to_string(mine.inline_data.size()) + " bytes is not " +
+                         std::to_string(p) + " pieces of " + std::to_string(mine.inline_piece));
+  }
+}
+
 // The mailbox is on: store our descriptor into every peer's slot, then read theirs from ours.
 // Sleepers are woken after our own wait, not before it: the fence that orders our flag stores
 // before reading their `sleeping` words waits for the stores' cache lines, which the peers
@@ -88,11 +98,7 @@ const std::vector<CallDescriptor>& exchange_through_slots(Call& call, const Call
     for (int i = 1; i < p; ++i)
       store((g.rank + i) % p, mine, record);
   } else {  // inline data in pieces (CallDescriptor::inline_piece): each peer's slot takes its own
-    if (mine.inline_data.size() != static_cast<size_t>(p) * piece) {
-      throw TransportError(call.where() + ": inline data of " +
-                           std::to_string(mine.inline_data.size()) + " bytes is not " +
-                           std::to_string(p) + " pieces of " + std::to_string(piece));
-    }
+    check_pieces(call, mine);
     CallDescriptor each = mine;
     each.inline_data = mine.inline_data.first(piece);
     const bool record = Mailbox::fits_record(each, slots.capacity());
@@ -199,8 +205,9 @@ const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDe
   if (g.mailbox.active()) return exchange_through_slots(call, mine);
   const size_t capacity = ready_receive_buffers(t, g);
   g.mailbox.annotate(t, p, capacity, mine);
-  mine.serialize_into(s.send, capacity);
-  if (const Rounds kind = descriptor_rounds(t, g, capacity); kind != Rounds::Direct) {
+  const Rounds kind = descriptor_rounds(t, g, capacity);
+  if (kind != Rounds::Direct || mine.inline_piece == 0) mine.serialize_into(s.send, capacity);
+  if (kind != Rounds::Direct) {
     const int parsed = exchange_rounds(call, capacity, kind, mine, needed);
     if (s.seen_only >= 0) return s.descriptors;  // the slots are off: nothing to advance
     const auto& all =
@@ -218,8 +225,20 @@ const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDe
     messages.expect(from.peer, static_cast<uint32_t>(from.peer), s.receive[from.peer].data(),
                     capacity);
   }
-  for (const schedule::Transfer& to : round.sends)
-    messages.send(to.peer, static_cast<uint32_t>(g.rank), s.send.data(), s.send.size());
+  if (const size_t piece = mine.inline_piece; piece == 0) {
+    for (const schedule::Transfer& to : round.sends)
+      messages.send(to.peer, static_cast<uint32_t>(g.rank), s.send.data(), s.send.size());
+  } else {  // inline data in pieces, as through the slots: each peer's message takes only its own
+    check_pieces(call, mine);
+    s.send_each.resize(p);
+    CallDescriptor each = mine;
+    for (const schedule::Transfer& to : round.sends) {
+      each.inline_data = mine.inline_data.subspan(static_cast<size_t>(to.peer) * piece, piece);
+      each.serialize_into(s.send_each[to.peer], capacity);
+      messages.send(to.peer, static_cast<uint32_t>(g.rank), s.send_each[to.peer].data(),
+                    s.send_each[to.peer].size());
+    }
+  }
   messages.wait_all();
   s.incoming.resize(p);
   s.incoming_lengths.resize(p);

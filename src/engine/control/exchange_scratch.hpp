@@ -18,9 +18,10 @@ namespace rdmacoll::engine {
 struct ExchangeScratch {
   std::vector<std::vector<uint8_t>> receive;  // descriptor buffers, one per member
   size_t receive_capacity = 0;
-  std::vector<uint8_t> send;                // our serialized descriptor
-  std::vector<CallDescriptor> descriptors;  // this call's, index = group rank
-  std::vector<const uint8_t*> incoming;     // where each member's descriptor is this call
+  std::vector<uint8_t> send;                    // our serialized descriptor
+  std::vector<std::vector<uint8_t>> send_each;  // and each peer's, where inline data is in pieces
+  std::vector<CallDescriptor> descriptors;      // this call's, index = group rank
+  std::vector<const uint8_t*> incoming;         // where each member's descriptor is this call
   std::vector<size_t> incoming_lengths;
   std::vector<std::vector<uint8_t>> round_send;  // across hosts: each round's messages
   std::vector<uint8_t> round_receive;            // and the one being received
