@@ -194,6 +194,11 @@ int exchange_rounds(Call& call, size_t capacity, Rounds kind, const CallDescript
 
 }  // namespace
 
+bool descriptors_go_direct(const transport::Transport& t, GroupState& g) {
+  if (g.mailbox.active()) return true;
+  return descriptor_rounds(t, g, ready_receive_buffers(t, g)) == Rounds::Direct;
+}
+
 const std::vector<CallDescriptor>& exchange_descriptors(Call& call, const CallDescriptor& mine_in,
                                                         DescriptorsNeeded needed) {
   transport::Transport& t = call.transport();

@@ -26,6 +26,12 @@ enum class DescriptorsNeeded { All, Successor };
 const std::vector<CallDescriptor>& exchange_descriptors(
     Call& call, const CallDescriptor& mine, DescriptorsNeeded needed = DescriptorsNeeded::All);
 
+// Whether descriptors reach every member in one hop (the mailbox's slots, or the direct round
+// of messages), where inline data in pieces (CallDescriptor::inline_piece) takes each member
+// only its own piece. Descriptor rounds (recursive doubling, Bruck) relay whole descriptors.
+// The same on every member of a call.
+bool descriptors_go_direct(const transport::Transport& t, GroupState& g);
+
 // The checks a rooted call's root runs on every descriptor before anyone writes: it throws
 // (InvalidArgument through reject(), or TransportError) to refuse the call.
 using Verdict = std::function<void(const std::vector<CallDescriptor>&)>;
