@@ -31,9 +31,9 @@ bash "$here/hosts.sh" up 3
 overrides=(-e rdmacoll_install=source -e rdmacoll_apt_update=false -e rdmacoll_apt_throttle=1 -e "bench_results=$results"
   -e '{"bench_env": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}}'
   -e '{"bench_args": "-b 8 -e 1M -f 8 -n 10 -w 2 -c 1"}')
-# The 3 hosts' builds are the same compile on one machine's 2 cores: the first host builds alone
-# into a compiler cache that the others then hit (5.3 of the test's 6.2 minutes were 3 builds at
-# once). Each host still configures and links its own build.
+# The 3 hosts' builds are the same compile on one machine's cores: the first host builds alone
+# into a compiler cache that the others then hit, instead of three builds at once. Each host still
+# configures and links its own build.
 if command -v ccache >/dev/null; then
   launcher="env;CCACHE_DIR=$state/ccache;ccache"
   overrides+=(-e "{\"rdmacoll_cmake_args\": \"-DCMAKE_C_COMPILER_LAUNCHER=$launcher -DCMAKE_CXX_COMPILER_LAUNCHER=$launcher\"}")

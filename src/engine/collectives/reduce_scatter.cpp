@@ -28,8 +28,8 @@ constexpr size_t kRoundBytes = 4u << 20;
 // Whether a reduce-scatter of `input` bytes (p pieces) rides inline in its descriptors: up to
 // the eager limit where each member receives only its piece (descriptors_go_direct), and where
 // descriptor rounds relay whole inputs, only while the (p - 1) inputs each rank then moves stay
-// small. 4 ranks over TCP: 64 KiB inline took 257-420 us against 106-157 for the direct round's
-// pieces, 32 KiB 155-196 against 99-148, and 16 KiB 72-87 against 94-113.
+// small; past that the direct round's pieces are faster (docs/performance.md, "reduce_scatter
+// over TCP").
 constexpr size_t kRelayedInlineBytes = 48u << 10;
 bool goes_inline(Engine& e, GroupState& g, size_t input) {
   const transport::Transport& t = e.transport();
